@@ -1,0 +1,74 @@
+"""Request id propagation and request metrics for every HTTP request to the control plane."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+
+from controlplane import metrics
+from controlplane.logging import clean_request_id, request_id_var
+
+logger = logging.getLogger("tollgate.http")
+
+REQUEST_ID_HEADER = "X-Request-ID"
+
+
+class RequestIdMiddleware:
+    """Adopts the caller's X-Request-ID (or mints one) for logs, Celery tasks and the response."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        request_id = clean_request_id(request.headers.get(REQUEST_ID_HEADER))
+        token = request_id_var.set(request_id)
+        try:
+            response = self.get_response(request)
+        finally:
+            request_id_var.reset(token)
+        response[REQUEST_ID_HEADER] = request_id
+        return response
+
+
+def _route_label(request: HttpRequest) -> str:
+    # The URL pattern, not the path: paths carry ids and would explode the label cardinality.
+    match = getattr(request, "resolver_match", None)
+    if match is None:
+        return "<unmatched>"
+    return "/" + match.route if match.route else (match.view_name or "<unnamed>")
+
+
+# Scrapes and liveness probes arrive every few seconds; counting or logging them at INFO would
+# drown the requests people make.
+_PROBE_ROUTES = frozenset({"/metrics", "/healthz"})
+
+
+class RequestMetricsMiddleware:
+    """Counts and times requests by route pattern, and writes one access log line each."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        started = time.perf_counter()
+        response = self.get_response(request)
+        elapsed = time.perf_counter() - started
+        route = _route_label(request)
+        quiet = route in _PROBE_ROUTES
+        if not quiet:
+            metrics.observe_http_request(request.method or "", route, response.status_code, elapsed)
+        logger.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "request",
+            extra={
+                "method": request.method,
+                "path": request.path,
+                "route": route,
+                "status": response.status_code,
+                "duration_ms": round(elapsed * 1000, 2),
+            },
+        )
+        return response

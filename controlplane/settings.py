@@ -1,0 +1,203 @@
+"""Tollgate control-plane settings: read from environment variables only (see controlplane/env.py).
+
+Every variable is validated at import, so a web server, worker or management command with a bad
+environment stops at start-up with one line naming the variable and the expected form.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import django_stubs_ext
+
+from controlplane.env import EnvReader
+
+# Lets runtime code subscript generic Django classes (ModelAdmin[Tenant]) as the stubs do.
+django_stubs_ext.monkeypatch()
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = EnvReader()
+
+SECRET_KEY = env.string("SECRET_KEY", min_length=32)
+DEBUG = env.boolean("DEBUG", default=False)
+ALLOWED_HOSTS = env.csv("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env.csv("CSRF_TRUSTED_ORIGINS", "")
+
+DATABASE = env.postgres_url("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tollgate")
+REDIS_URL = env.redis_url("REDIS_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = env.redis_url("CELERY_BROKER_URL", REDIS_URL)
+PROMETHEUS_URL = env.http_url("PROMETHEUS_URL", "http://127.0.0.1:9090")
+
+WEB_PORT = env.port("WEB_PORT", 8000)
+GATEWAY_PORT = env.port("GATEWAY_PORT", 8080)
+SIMFLEET_BASE_PORT = env.port("SIMFLEET_BASE_PORT", 9101)
+# Where people reach the web UI and the gateway; printed by seed_demo and shown in the UI.
+PUBLIC_WEB_URL = env.http_url("PUBLIC_WEB_URL", f"http://127.0.0.1:{WEB_PORT}")
+PUBLIC_GATEWAY_URL = env.http_url("PUBLIC_GATEWAY_URL", f"http://127.0.0.1:{GATEWAY_PORT}")
+
+LOG_LEVEL = env.choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+
+env.raise_if_invalid()
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "django_celery_beat",
+    "controlplane",
+    "tenants",
+    "registry",
+    "rollouts",
+    "evaluation",
+    "workers",
+]
+
+MIDDLEWARE = [
+    "controlplane.middleware.RequestIdMiddleware",
+    "controlplane.middleware.RequestMetricsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "controlplane.urls"
+WSGI_APPLICATION = "controlplane.wsgi.application"
+ASGI_APPLICATION = "controlplane.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": DATABASE.name,
+        "USER": DATABASE.user,
+        "PASSWORD": DATABASE.password,
+        "HOST": DATABASE.host,
+        "PORT": DATABASE.port,
+        # Fail fast when the server is away: /readyz must answer within seconds, not hang.
+        "OPTIONS": {"connect_timeout": 3},
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_USER_MODEL = "tenants.User"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+# htmx comes from its npm package (pinned in package.json), never from a CDN.
+STATICFILES_DIRS = [
+    BASE_DIR / "static",
+    ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
+]
+# Serve straight from the finders: the control plane's static files are few and small, and this
+# keeps `collectstatic` out of the development loop.
+WHITENOISE_USE_FINDERS = True
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "tenants.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "tenants.permissions.TokenHasScopes",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "controlplane.api.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Tollgate API",
+    "DESCRIPTION": "Model registry, rollouts, evaluation and tenant budgets for vLLM fleets.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+}
+
+# Celery: Redis broker, JSON only, no result backend (outcomes are rows and events, not results).
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_TIME_LIMIT = 120
+CELERY_TASK_SOFT_TIME_LIMIT = 100
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_BEAT_SCHEDULE = {
+    "workers-heartbeat": {"task": "system.heartbeat", "schedule": 10.0},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "filters": {"context": {"()": "controlplane.logging.ContextFilter"}},
+    "formatters": {"json": {"()": "controlplane.logging.JsonFormatter"}},
+    "handlers": {
+        "stdout": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["context"]},
+    },
+    "root": {"handlers": ["stdout"], "level": LOG_LEVEL},
+    "loggers": {
+        # Request lines come from RequestMetricsMiddleware, with the request id; Django's own
+        # access-style warnings for 4xx would only repeat them.
+        "django.request": {"level": "ERROR"},
+        "django.server": {"level": "ERROR"},
+        "celery": {"level": LOG_LEVEL},
+    },
+}

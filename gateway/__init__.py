@@ -1,0 +1,1 @@
+"""Tollgate's OpenAI-compatible data plane (an ASGI service that imports no Django)."""

@@ -1,0 +1,1 @@
+"""Model registry: artifacts, lineage, eval scores, aliases and promotion gates."""

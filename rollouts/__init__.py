@@ -1,0 +1,1 @@
+"""Fleets, deployments, routes and the staged canary engine."""

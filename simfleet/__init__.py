@@ -1,0 +1,1 @@
+"""A simulated vLLM fleet for development, demo and CI (imports no Django)."""

@@ -1,0 +1,1 @@
+"""Tenants, the people who use Tollgate (users with roles) and their API tokens."""

@@ -1,0 +1,33 @@
+from django.db import models
+
+
+class Role(models.TextChoices):
+    RELEASE_MANAGER = "release_manager", "Release manager"
+    TENANT_ADMIN = "tenant_admin", "Tenant admin"
+    VIEWER = "viewer", "Viewer"
+
+
+class Tier(models.TextChoices):
+    """Priority at peak: when capacity is short, higher tiers are admitted first."""
+
+    CRITICAL = "critical", "Critical"
+    STANDARD = "standard", "Standard"
+    BATCH = "batch", "Batch"
+
+
+class FailMode(models.TextChoices):
+    """What the gateway does with this tenant's requests when the budget store is unreachable."""
+
+    OPEN = "open", "Fail open (serve without budget checks)"
+    CLOSED = "closed", "Fail closed (refuse with 503)"
+
+
+class Scope(models.TextChoices):
+    """What an API token may do; a token never exceeds its owner's role."""
+
+    REGISTRY_READ = "registry:read", "Read the model registry"
+    REGISTRY_WRITE = "registry:write", "Register artifacts, lineage, evals and aliases"
+    ROLLOUTS_READ = "rollouts:read", "Read rollouts"
+    ROLLOUTS_WRITE = "rollouts:write", "Start, pause, promote and roll back rollouts"
+    TENANTS_READ = "tenants:read", "Read tenants, budgets and usage"
+    TENANTS_WRITE = "tenants:write", "Manage tenants, budgets and keys"

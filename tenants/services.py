@@ -1,0 +1,126 @@
+"""All writes to tenants, users and API tokens."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.audit import audit_record
+from controlplane.errors import Conflict, NotFound
+from tenants.choices import FailMode, Role, Scope, Tier
+from tenants.models import ApiToken, Tenant, User
+from tenants.tokens import hash_secret, new_secret, visible_prefix
+
+
+def tenant_create(
+    *,
+    actor: User | None,
+    slug: str,
+    name: str,
+    tier: Tier = Tier.STANDARD,
+    fail_mode: FailMode = FailMode.CLOSED,
+) -> Tenant:
+    tenant = Tenant(slug=slug, name=name, tier=tier, fail_mode=fail_mode)
+    tenant.full_clean()
+    with transaction.atomic():
+        tenant.save()
+        audit_record(actor=actor, action="tenant.created", target=tenant, tenant=tenant)
+    return tenant
+
+
+def user_create(
+    *,
+    actor: User | None,
+    username: str,
+    role: Role,
+    tenant: Tenant | None = None,
+    password: str | None = None,
+    email: str = "",
+) -> User:
+    """Create a person or service account. Only release managers may use the Django admin."""
+    user = User(
+        username=username,
+        email=email,
+        role=role,
+        tenant=tenant,
+        is_staff=role == Role.RELEASE_MANAGER,
+    )
+    if password is None:
+        user.set_unusable_password()
+    else:
+        user.set_password(password)
+    user.full_clean()
+    with transaction.atomic():
+        user.save()
+        audit_record(
+            actor=actor, action="user.created", target=user, tenant=tenant, data={"role": role}
+        )
+    return user
+
+
+def api_token_create(
+    *,
+    actor: User | None,
+    user: User,
+    name: str,
+    scopes: list[Scope],
+    expires_at: dt.datetime | None = None,
+    secret: str | None = None,
+) -> tuple[ApiToken, str]:
+    """Issue a token and return it with its secret, which is never stored and never shown again.
+
+    `secret` lets the demo seed reproduce the same well-known token on every run; real callers
+    leave it out.
+    """
+    secret = secret or new_secret()
+    token = ApiToken(
+        user=user,
+        name=name,
+        prefix=visible_prefix(secret),
+        token_hash=hash_secret(secret),
+        scopes=sorted(set(scopes)),
+        expires_at=expires_at,
+    )
+    token.full_clean()
+    with transaction.atomic():
+        if ApiToken.objects.filter(user=user, name=name).exists():
+            raise Conflict(f"{user.get_username()} already has a token named {name!r}")
+        token.save()
+        audit_record(
+            actor=actor,
+            action="api_token.created",
+            target=token,
+            tenant=user.tenant,
+            data={"name": name, "scopes": token.scopes, "prefix": token.prefix},
+        )
+    return token, secret
+
+
+def api_token_revoke(*, actor: User | None, token_id: int) -> ApiToken:
+    with transaction.atomic():
+        token = ApiToken.objects.select_for_update().filter(pk=token_id).first()
+        if token is None:
+            raise NotFound(f"API token {token_id} does not exist")
+        if token.revoked_at is not None:
+            return token  # already revoked: nothing changes, nothing to audit
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        audit_record(
+            actor=actor, action="api_token.revoked", target=token, tenant=token.user.tenant
+        )
+    return token
+
+
+# Writing last_used_at on every API call would turn each read into a write; a minute of
+# precision is all people need to spot an unused token.
+LAST_USED_PRECISION = dt.timedelta(seconds=60)
+
+
+def api_token_touch(*, token: ApiToken) -> None:
+    now = timezone.now()
+    if token.last_used_at is not None and now - token.last_used_at < LAST_USED_PRECISION:
+        return
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    token.last_used_at = now

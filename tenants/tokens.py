@@ -1,0 +1,25 @@
+"""Secret generation and hashing for API tokens (and, later, tenant API keys).
+
+Tokens are 256 random bits, so a plain SHA-256 is enough at rest: there is nothing to brute-force
+that a slow password hash would protect, and lookups stay a single indexed equality.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+TOKEN_PREFIX = "tg_"
+VISIBLE_PREFIX_LENGTH = 10
+
+
+def new_secret(prefix: str = TOKEN_PREFIX) -> str:
+    return prefix + secrets.token_urlsafe(32)
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def visible_prefix(secret: str) -> str:
+    return secret[:VISIBLE_PREFIX_LENGTH]

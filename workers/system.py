@@ -1,0 +1,17 @@
+"""Housekeeping tasks of the control plane itself."""
+
+from __future__ import annotations
+
+import time
+
+from celery import shared_task
+
+from controlplane.health import WORKER_HEARTBEAT_KEY
+from controlplane.redis import get_redis
+
+
+@shared_task(name="system.heartbeat", time_limit=10, soft_time_limit=5)
+def heartbeat() -> None:
+    """Proves that beat schedules and a worker executes; /readyz reports its age."""
+    get_redis().set(WORKER_HEARTBEAT_KEY, str(time.time()), ex=3600)
+
