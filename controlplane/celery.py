@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from contextvars import Token
+from dataclasses import dataclass
 from typing import Any
 
 from celery import Celery, Task, signals
@@ -31,32 +33,42 @@ def _pass_request_id(headers: dict[str, Any] | None = None, **_: Any) -> None:
         headers[REQUEST_ID_HEADER] = request_id
 
 
-# task id -> (start time, context tokens). A worker child runs one task at a time, but the dict
-# keeps this correct under the threads pool too.
-_running: dict[str, tuple[float, Any, Any]] = {}
+@dataclass(frozen=True)
+class _RunningTask:
+    started: float
+    request_id_token: Token[str | None]
+    task_token: Token[tuple[str, str] | None]
+
+
+# A worker child runs one task at a time, but keying by task id keeps this right under the
+# threads pool too.
+_running: dict[str, _RunningTask] = {}
 
 
 @signals.task_prerun.connect
-def _task_started(task_id: str, task: Task, **_: Any) -> None:
+def _task_started(task_id: str, task: Task[Any, Any], **_: Any) -> None:
     from controlplane.logging import clean_request_id, request_id_var, task_var
 
     # Custom message headers surface as attributes of the task's request context.
     request_id = clean_request_id(getattr(task.request, REQUEST_ID_HEADER, None))
-    tokens = (request_id_var.set(request_id), task_var.set((task_id, task.name)))
-    _running[task_id] = (time.perf_counter(), *tokens)
+    _running[task_id] = _RunningTask(
+        started=time.perf_counter(),
+        request_id_token=request_id_var.set(request_id),
+        task_token=task_var.set((task_id, task.name)),
+    )
 
 
 @signals.task_postrun.connect
-def _task_finished(task_id: str, task: Task, state: str | None = None, **_: Any) -> None:
+def _task_finished(task_id: str, task: Task[Any, Any], state: str | None = None, **_: Any) -> None:
     from controlplane import metrics
     from controlplane.logging import request_id_var, task_var
 
-    started, request_token, task_token = _running.pop(task_id, (None, None, None))
-    seconds = time.perf_counter() - started if started is not None else None
+    running = _running.pop(task_id, None)
+    seconds = time.perf_counter() - running.started if running is not None else None
     outcome = {"SUCCESS": "succeeded", "FAILURE": "failed", "RETRY": "retried"}.get(
         state or "", (state or "unknown").lower()
     )
     metrics.observe_celery_task(task.name, outcome, seconds)
-    if task_token is not None:
-        task_var.reset(task_token)
-        request_id_var.reset(request_token)
+    if running is not None:
+        task_var.reset(running.task_token)
+        request_id_var.reset(running.request_id_token)

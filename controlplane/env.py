@@ -83,16 +83,14 @@ class EnvReader:
         return default
 
     def port(self, name: str, default: int) -> int:
-        value = self._raw(name, str(default))
-        assert value is not None
+        value = self._raw(name, None) or str(default)
         if value.isdigit() and 1 <= int(value) <= 65535:
             return int(value)
         self._fail(name, "a TCP port number between 1 and 65535", value)
         return default
 
     def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
-        value = self._raw(name, default)
-        assert value is not None
+        value = self._raw(name, None) or default
         if value.upper() in choices:
             return value.upper()
         self._fail(name, "one of " + ", ".join(choices), value)
@@ -103,8 +101,7 @@ class EnvReader:
         return [item.strip() for item in value.split(",") if item.strip()]
 
     def _url(self, name: str, default: str, schemes: tuple[str, ...], form: str) -> SplitResult:
-        value = self._raw(name, default)
-        assert value is not None
+        value = self._raw(name, None) or default
         try:
             parts = urlsplit(value)
             parts.port  # noqa: B018 -- property access validates the port

@@ -92,4 +92,3 @@ def readyz(request: HttpRequest) -> JsonResponse:
     ready = all(result["status"] == "ok" for result in checks.values())
     body = {"status": "ok" if ready else "error", "checks": checks, "workers": worker_heartbeat()}
     return JsonResponse(body, status=200 if ready else 503)
-

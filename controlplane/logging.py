@@ -42,8 +42,7 @@ class JsonFormatter(_BaseJsonFormatter):
     """One JSON object per line: time, level, logger, message, request id and any `extra`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("fmt", "%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s")
-        kwargs.setdefault(
-            "rename_fields", {"asctime": "time", "levelname": "level", "name": "logger"}
-        )
+        kwargs.setdefault("fmt", "%(levelname)s %(name)s %(message)s %(request_id)s")
+        kwargs.setdefault("rename_fields", {"levelname": "level", "name": "logger"})
+        kwargs.setdefault("timestamp", "time")  # ISO 8601 in UTC
         super().__init__(*args, **kwargs)

@@ -12,7 +12,7 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
 
 
 @admin.register(User)
-class UserAdmin(DjangoUserAdmin):
+class UserAdmin(DjangoUserAdmin[User]):
     list_display = ["username", "email", "role", "tenant", "is_active", "last_login"]
     list_filter = ["role", "tenant", "is_active"]
     fieldsets = (*(DjangoUserAdmin.fieldsets or ()), ("Tollgate", {"fields": ("role", "tenant")}))

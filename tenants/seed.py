@@ -14,7 +14,7 @@ from tenants.models import ApiToken, Tenant, User
 from tenants.services import api_token_create, tenant_create, user_create
 from tenants.tokens import TOKEN_PREFIX, hash_secret, visible_prefix
 
-DEMO_PASSWORD = "tollgate-demo"
+DEMO_PASSWORD = "tollgate-demo"  # noqa: S105 -- the published demo password
 
 TENANTS = [
     ("acme", "Acme Support", Tier.CRITICAL),
@@ -27,7 +27,7 @@ PEOPLE = [
     ("viewer", Role.VIEWER, None),
 ]
 CI_USER = "ci-pipeline"
-CI_TOKEN_NAME = "demo-ci"
+CI_TOKEN_NAME = "demo-ci"  # noqa: S105 -- a name, not a secret
 CI_SCOPES = [
     Scope.REGISTRY_READ,
     Scope.REGISTRY_WRITE,
@@ -65,9 +65,11 @@ def _ensure_ci_token(user: User) -> str:
         api_token_create(actor=None, user=user, name=CI_TOKEN_NAME, scopes=CI_SCOPES, secret=secret)
     elif token.token_hash != hash_secret(secret) or token.revoked_at is not None:
         # SECRET_KEY changed (or the token was revoked): re-key the demo token in place.
-        token.token_hash, token.prefix, token.revoked_at = hash_secret(secret), visible_prefix(
-            secret
-        ), None
+        token.token_hash, token.prefix, token.revoked_at = (
+            hash_secret(secret),
+            visible_prefix(secret),
+            None,
+        )
         token.save(update_fields=["token_hash", "prefix", "revoked_at"])
     return secret
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-TOKEN_PREFIX = "tg_"
+TOKEN_PREFIX = "tg_"  # noqa: S105 -- a marker, not a secret
 VISIBLE_PREFIX_LENGTH = 10
 
 

@@ -14,4 +14,3 @@ from controlplane.redis import get_redis
 def heartbeat() -> None:
     """Proves that beat schedules and a worker executes; /readyz reports its age."""
     get_redis().set(WORKER_HEARTBEAT_KEY, str(time.time()), ex=3600)
-

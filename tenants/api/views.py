@@ -1,3 +1,5 @@
+from typing import cast
+
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -12,8 +14,7 @@ class MeView(APIView):
 
     @extend_schema(responses=MeOutputSerializer, operation_id="me")
     def get(self, request: Request) -> Response:
-        user = request.user
-        assert isinstance(user, User)  # IsAuthenticated ran first
+        user = cast(User, request.user)  # IsAuthenticated has run
         token = request.auth if isinstance(request.auth, ApiToken) else None
         data = {
             "username": user.get_username(),
