@@ -36,14 +36,12 @@ def redact_url(url: str) -> str:
     """Hide the password of any URL so that error messages never carry a secret."""
     try:
         parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rpartition("@")[2]
+        return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
     except ValueError:
         return "<unparseable URL>"
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return parts._replace(netloc=netloc).geturl()
 
 
 @dataclass

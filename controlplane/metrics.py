@@ -9,6 +9,7 @@ plane on this host. Without it (tests, a single process) the default registry is
 from __future__ import annotations
 
 import os
+import socket
 
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import (
@@ -19,7 +20,19 @@ from prometheus_client import (
     Histogram,
     generate_latest,
     multiprocess,
+    values,
 )
+
+
+def process_identifier(pid: int | None = None) -> str:
+    """Names this process's metric files. Containers sharing the directory (web and worker under
+    Compose) each number their processes from 1, so a pid alone would collide. No underscore:
+    prometheus_client splits file names on it."""
+    return f"{socket.gethostname().replace('_', '-')}-{pid or os.getpid()}"
+
+
+if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    values.ValueClass = values.MultiProcessValue(process_identifier)  # type: ignore[no-untyped-call]
 
 HTTP_REQUESTS = Counter(
     "tollgate_http_requests",

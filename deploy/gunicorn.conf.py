@@ -4,6 +4,8 @@ import os
 
 from prometheus_client import multiprocess
 
+from controlplane.metrics import process_identifier
+
 bind = f"{os.environ.get('WEB_HOST', '127.0.0.1')}:{os.environ.get('WEB_PORT', '8000')}"
 worker_class = "gthread"
 workers = int(os.environ.get("WEB_WORKERS", "2"))
@@ -17,4 +19,5 @@ accesslog = None
 def child_exit(server: object, worker: object) -> None:
     # Per-process metric files of a dead worker must be marked so gauges stop counting it.
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        multiprocess.mark_process_dead(worker.pid)  # type: ignore[attr-defined,no-untyped-call]
+        pid = process_identifier(worker.pid)  # type: ignore[attr-defined]
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

@@ -28,7 +28,8 @@ from string import Template
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-VAR = ROOT / "var"
+# TOLLGATE_VAR_DIR lets a second stack (the tests' own) run beside the developer's.
+VAR = Path(os.environ.get("TOLLGATE_VAR_DIR") or ROOT / "var").resolve()
 LOG_DIR = VAR / "log"
 RUN_DIR = VAR / "run"
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -45,6 +46,11 @@ class StackError(Exception):
 
 def say(message: str) -> None:
     print(f"tollgate: {message}", flush=True)
+
+
+def shown(path: Path) -> str:
+    """A path as people would type it: relative to the checkout when it lies inside."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def secret_key() -> str:
@@ -162,14 +168,13 @@ class Managed:
             return process.poll() is not None or self.ready()
 
         if wait_until(ready_or_dead, self.ready_within_s) and process.poll() is None:
-            say(f"{self.name}: started (pid {process.pid}, log {self.log.relative_to(ROOT)})")
+            say(f"{self.name}: started (pid {process.pid}, log {shown(self.log)})")
             return
         self.stop()
         tail = self.log.read_text(errors="replace").splitlines()[-15:]
         detail = "\n    ".join(tail) or "(the log is empty)"
         raise StackError(
-            f"{self.name} did not become ready; last lines of {self.log.relative_to(ROOT)}:\n"
-            f"    {detail}"
+            f"{self.name} did not become ready; last lines of {shown(self.log)}:\n    {detail}"
         )
 
     def stop(self) -> bool:
@@ -381,7 +386,8 @@ def check_web_port_free() -> None:
 def up() -> None:
     if not (VENV_BIN / "python").exists():
         raise StackError("no .venv here: run 'make venv' (or 'make up', which makes it) first")
-    for directory in (LOG_DIR, RUN_DIR):
+    # var/static is where `collectstatic` would write; whitenoise warns when it is missing.
+    for directory in (LOG_DIR, RUN_DIR, VAR / "static"):
         directory.mkdir(parents=True, exist_ok=True)
     ensure_postgres()
     ensure_redis()

@@ -43,6 +43,18 @@ class User(AbstractUser):
             )
         ]
 
+    # The role is the source of truth for what a person may do: release managers administer
+    # the whole control plane (the Django admin included), nobody else holds model permissions.
+    def has_perm(self, perm: str, obj: models.Model | None = None) -> bool:
+        if self.is_active and self.role == Role.RELEASE_MANAGER:
+            return True
+        return super().has_perm(perm, obj)
+
+    def has_module_perms(self, app_label: str) -> bool:
+        if self.is_active and self.role == Role.RELEASE_MANAGER:
+            return True
+        return super().has_module_perms(app_label)
+
     @property
     def is_release_manager(self) -> bool:
         return self.role == Role.RELEASE_MANAGER

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.audit import audit_record
@@ -83,11 +83,14 @@ def api_token_create(
         scopes=sorted(set(scopes)),
         expires_at=expires_at,
     )
-    token.full_clean()
+    # Uniqueness is left to the database: a check here would race with a concurrent create.
+    token.full_clean(validate_constraints=False)
     with transaction.atomic():
-        if ApiToken.objects.filter(user=user, name=name).exists():
-            raise Conflict(f"{user.get_username()} already has a token named {name!r}")
-        token.save()
+        try:
+            with transaction.atomic():
+                token.save()
+        except IntegrityError as exc:
+            raise Conflict(f"{user.get_username()} already has a token named {name!r}") from exc
         audit_record(
             actor=actor,
             action="api_token.created",

@@ -14,3 +14,8 @@ from controlplane.settings import *  # noqa: F403
 
 # Hashing passwords at full strength makes each login in the tests take ~0.3 s.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Static files are served from the finders; no collectstatic output exists in a test run.
+WHITENOISE_AUTOREFRESH = True
+# Live-server threads must not keep connections open past their request, or the test database
+# cannot be dropped at the end of the run.
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405

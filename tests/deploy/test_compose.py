@@ -131,7 +131,8 @@ def test_every_service_but_one_shot_jobs_has_a_healthcheck() -> None:
         check = service.get("healthcheck")
         assert check, f"{name} has no healthcheck"
         assert not check.get("disable"), f"{name} disables its healthcheck"
-        assert check.get("test") and check["test"] != ["NONE"], f"{name} has no healthcheck test"
+        assert check.get("test"), f"{name} has no healthcheck test"
+        assert check["test"] != ["NONE"], f"{name} has no healthcheck test"
         for key in ("interval", "timeout", "retries", "start_period"):
             assert key in check, f"{name}'s healthcheck sets no {key}"
 
@@ -213,7 +214,7 @@ def test_dependency_graph_has_no_cycles() -> None:
 def test_vllm_is_gpu_profile_with_gpu_reservation() -> None:
     services = _services()
     vllm = services["vllm"]
-    assert vllm["profiles"] == ["gpu"]
+    assert vllm.get("profiles") == ["gpu"], "vLLM needs a GPU: keep it out of a plain `up`"
     assert vllm["image"].startswith("vllm/vllm-openai:")
     assert vllm.get("ipc") == "host"
     assert "8001:8000" in vllm["ports"]
@@ -234,7 +235,8 @@ def test_tollgate_services_share_one_image_and_environment() -> None:
     services = _services()
     images = {services[name].get("image") for name in TOLLGATE_SERVICES}
     builds = {str(services[name].get("build")) for name in TOLLGATE_SERVICES}
-    assert len(images) == 1 and None not in images, images
+    assert len(images) == 1, images
+    assert None not in images
     assert len(builds) == 1, builds
     build = services["web"]["build"]
     assert (ROOT / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
@@ -254,16 +256,20 @@ def test_web_and_worker_share_the_metrics_directory() -> None:
     directories = {
         _environment(services[name]).get("PROMETHEUS_MULTIPROC_DIR") for name in ("web", "worker")
     }
-    assert len(directories) == 1 and None not in directories, directories
+    assert len(directories) == 1, directories
+    assert None not in directories
     (directory,) = directories
-    volumes = {
-        volume
+    mounted = {
+        name: {
+            volume
+            for volume, target in _named_volume_mounts(services[name]).items()
+            if target == directory
+        }
         for name in ("web", "worker")
-        for volume, target in _named_volume_mounts(services[name]).items()
-        if target == directory
     }
-    assert len(volumes) == 1, f"web and worker must mount one named volume on {directory}"
-    assert volumes <= set(compose.get("volumes") or {})
+    assert mounted["web"], f"web mounts no named volume on {directory}"
+    assert mounted["web"] == mounted["worker"], f"web and worker must share one volume: {mounted}"
+    assert mounted["web"] <= set(compose.get("volumes") or {})
 
 
 def test_named_volumes_are_declared() -> None:
@@ -323,10 +329,12 @@ def test_prometheus_service_mounts_the_compose_config_read_only() -> None:
 def test_image_runs_as_non_root_and_serves_on_all_interfaces() -> None:
     instructions = _dockerfile_instructions()
     users = [arguments for keyword, arguments in instructions if keyword == "USER"]
-    assert users and users[-1] not in {"root", "0", "0:0"}, users
+    assert users, "the image runs as root"
+    assert users[-1] not in {"root", "0", "0:0"}, users
     assert (ROOT / "deploy" / "gunicorn.conf.py").exists()
     cmd = [arguments for keyword, arguments in instructions if keyword == "CMD"][-1]
-    assert '"deploy/gunicorn.conf.py"' in cmd and '"0.0.0.0:8000"' in cmd, cmd
+    assert '"deploy/gunicorn.conf.py"' in cmd, cmd
+    assert '"0.0.0.0:8000"' in cmd, cmd
     # The build-time SECRET_KEY belongs to the collectstatic RUN line only, never to the image.
     for keyword, arguments in instructions:
         if keyword in {"ENV", "ARG"}:

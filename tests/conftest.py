@@ -1,0 +1,191 @@
+"""The fixed cast of actors and the real services that tests run against."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from pytest_django.fixtures import Settings as SettingsWrapper
+from rest_framework.test import APIClient
+
+from controlplane.redis import get_redis
+from tenants.choices import Role, Scope
+from tenants.models import Tenant, User
+from tenants.services import api_token_create
+from tests.factories import TenantFactory, UserFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for(check: Callable[[], bool], seconds: float = 15.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"condition not met within {seconds} s")
+
+
+# --- the cast -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tenant_a(db: None) -> Tenant:
+    return TenantFactory.create(slug="tenant-a", name="Tenant A")
+
+
+@pytest.fixture
+def tenant_b(db: None) -> Tenant:
+    return TenantFactory.create(slug="tenant-b", name="Tenant B")
+
+
+@pytest.fixture
+def release_manager(db: None) -> User:
+    return UserFactory.create(username="release-manager", role=Role.RELEASE_MANAGER)
+
+
+@pytest.fixture
+def tenant_a_admin(tenant_a: Tenant) -> User:
+    return UserFactory.create(username="tenant-a-admin", role=Role.TENANT_ADMIN, tenant=tenant_a)
+
+
+@pytest.fixture
+def tenant_b_admin(tenant_b: Tenant) -> User:
+    return UserFactory.create(username="tenant-b-admin", role=Role.TENANT_ADMIN, tenant=tenant_b)
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    return UserFactory.create(username="viewer", role=Role.VIEWER)
+
+
+@pytest.fixture
+def ci_user(db: None) -> User:
+    return UserFactory.create(username="ci-pipeline", role=Role.RELEASE_MANAGER)
+
+
+@pytest.fixture
+def ci_token(ci_user: User) -> str:
+    """The secret of a CI pipeline's token with the registry and rollout scopes."""
+    scopes = [Scope.REGISTRY_READ, Scope.REGISTRY_WRITE, Scope.ROLLOUTS_READ, Scope.ROLLOUTS_WRITE]
+    _, secret = api_token_create(actor=None, user=ci_user, name="ci", scopes=scopes)
+    return secret
+
+
+@pytest.fixture
+def api_client() -> APIClient:
+    return APIClient()
+
+
+# --- real services --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    """The test Redis database (15), emptied before and after each test that uses it."""
+    client = get_redis()
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A Redis server of the test's own, on a free port, that the test may stop."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            *("redis-server", "--port", str(port), "--bind", "127.0.0.1"),
+            *("--save", "", "--appendonly", "no", "--dir", str(tmp_path)),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    client = redis.Redis(port=port, socket_connect_timeout=0.2)
+    wait_for(lambda: _pings(client))
+    yield f"redis://127.0.0.1:{port}/0", process
+    process.kill()
+    process.wait()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def prometheus_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[list[str]], str]]:
+    """Starts real Prometheus servers scraping the given targets every second; returns the URL."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(targets: list[str]) -> str:
+        home = tmp_path_factory.mktemp("prometheus")
+        config = home / "prometheus.yml"
+        config.write_text(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+            "scrape_configs:\n"
+            f"  - job_name: tollgate-web\n    static_configs: [{{targets: {targets!r}}}]\n"
+        )
+        port = free_port()
+        with (home / "prometheus.log").open("wb") as log:
+            process = subprocess.Popen(
+                [
+                    "prometheus",
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={home / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
+        started.append(process)
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _http_ok(f"{url}/-/ready"), seconds=30)
+        return url
+
+    yield start
+    for process in started:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def _http_ok(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 -- local URL
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def prometheus_url(prometheus_factory: Callable[[list[str]], str]) -> str:
+    """A real Prometheus with nothing to scrape, for readiness checks."""
+    return prometheus_factory([])
+
+
+@pytest.fixture
+def use_redis_url(settings: SettingsWrapper) -> Iterator[Callable[[str], None]]:
+    """Points the control plane at another Redis for the rest of the test."""
+
+    def use(url: str) -> None:
+        settings.REDIS_URL = url
+        get_redis.cache_clear()
+
+    yield use
+    get_redis.cache_clear()

@@ -1,0 +1,63 @@
+import io
+import json
+from typing import Any
+
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from controlplane.models import AuditEvent
+from tenants.models import ApiToken, Tenant, User
+
+
+def seed_json() -> dict[str, Any]:
+    out = io.StringIO()
+    call_command("seed_demo", "--json", stdout=out)
+    result: dict[str, Any] = json.loads(out.getvalue())
+    return result
+
+
+def counts() -> tuple[int, int, int, int]:
+    return (
+        Tenant.objects.count(),
+        User.objects.count(),
+        ApiToken.objects.count(),
+        AuditEvent.objects.count(),
+    )
+
+
+def test_seeding_twice_changes_nothing_the_second_time(db: None) -> None:
+    first = seed_json()
+    after_first = counts()
+    second = seed_json()
+    assert counts() == after_first
+    assert first == second
+
+
+def test_the_printed_logins_work(db: None, client: Any) -> None:
+    result = seed_json()
+    roles = {login["role"] for login in result["logins"]}
+    assert roles == {"release_manager", "tenant_admin", "viewer"}
+    for login in result["logins"]:
+        assert client.login(username=login["username"], password=login["password"])
+
+
+def test_the_printed_ci_token_authenticates(db: None) -> None:
+    token = seed_json()["ci_token"]["token"]
+    response = APIClient().get("/api/v1/me", headers={"Authorization": f"Bearer {token}"})
+    assert response.status_code == 200
+    assert "rollouts:write" in response.json()["scopes"]
+
+
+def test_seeding_restores_a_demo_user_that_was_changed(db: None, client: Any) -> None:
+    seed_json()
+    user = User.objects.get(username="release")
+    user.set_password("something-else")
+    user.is_active = False
+    user.save()
+    seed_json()
+    assert client.login(username="release", password="tollgate-demo")
+
+
+def test_the_json_names_every_url_people_need(db: None) -> None:
+    urls = seed_json()["urls"]
+    assert {"web", "admin", "api_docs", "readyz", "gateway", "prometheus"} <= urls.keys()
