@@ -1,0 +1,56 @@
+"""`python -m simfleet`: a simulated vLLM fleet. See simfleet/profiles.py for the YAML schema."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+import uvloop
+
+from simfleet.profiles import BUILTIN_PROFILES, ConfigError, load_config, uniform_fleet
+from simfleet.server import serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m simfleet", description=__doc__)
+    parser.add_argument("--config", type=Path, help="fleet YAML (overrides the flags below)")
+    parser.add_argument("--replicas", type=int, default=2, help="number of replicas (default 2)")
+    parser.add_argument("--base-port", type=int, default=9101, help="first port (default 9101)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--profile", choices=sorted(BUILTIN_PROFILES), default="cpu-tiny", help="model profile"
+    )
+    parser.add_argument("--model", help="served model name (default: the profile's)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    try:
+        if args.config is not None:
+            config = load_config(args.config)
+        else:
+            if not 1 <= args.replicas <= 64:
+                raise ConfigError("--replicas must be between 1 and 64")
+            profile = BUILTIN_PROFILES[args.profile]
+            if args.model:
+                profile = profile.model_copy(update={"name": args.model})
+            config = uniform_fleet(
+                replicas=args.replicas,
+                base_port=args.base_port,
+                profile=profile,
+                seed=args.seed,
+                host=args.host,
+            )
+        uvloop.run(serve(config))
+    except ConfigError as exc:
+        print(f"simfleet: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    except OSError as exc:
+        print(f"simfleet: {exc}", file=sys.stderr)  # noqa: T201
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
