@@ -585,7 +585,7 @@ class Completion:
 
     def _delta(self, index: int, rng: Any) -> bytes:
         if self.tool_call is None:
-            piece = orjson.dumps(text.word(rng))
+            piece = text.encoded_word(rng)
             return (b'"delta":{"content":' + piece + b"}") if self.chat else (b'"text":' + piece)
         arguments = orjson.dumps(self.tool_pieces[index] if index < len(self.tool_pieces) else "")
         if index == 0:

@@ -94,8 +94,18 @@ def count_chat_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]
     return total
 
 
+# Generated tokens, as text and pre-encoded as JSON strings (the streaming hot path uses these).
+TOKENS = [" " + w for w in WORDS]
+ENCODED_TOKENS = [orjson.dumps(t) for t in TOKENS]
+
+
 def word(rng: random.Random) -> str:
-    return " " + rng.choice(WORDS)
+    return TOKENS[int(rng.random() * len(TOKENS))]
+
+
+def encoded_word(rng: random.Random) -> bytes:
+    """The same draw as word(), already JSON-encoded."""
+    return ENCODED_TOKENS[int(rng.random() * len(ENCODED_TOKENS))]
 
 
 # --- tool calls -----------------------------------------------------------------------------------
