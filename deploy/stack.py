@@ -351,11 +351,43 @@ def log_mentions(name: str, text: str) -> bool:
         return False
 
 
+def simfleet_ports() -> list[int]:
+    base = env_port("SIMFLEET_BASE_PORT", 9101)
+    replicas = env_port("SIMFLEET_REPLICAS", 2)
+    return [base + i for i in range(replicas)]
+
+
+def write_fleet_targets() -> None:
+    """Tells Prometheus (file-based discovery) to scrape the simulated replicas."""
+    targets = PROMETHEUS_DIR / "targets"
+    targets.mkdir(parents=True, exist_ok=True)
+    group = {
+        "targets": [f"127.0.0.1:{port}" for port in simfleet_ports()],
+        "labels": {"fleet": "simfleet"},
+    }
+    (targets / "simfleet.json").write_text(json.dumps([group], indent=2) + "\n")
+
+
 def app_processes() -> list[Managed]:
     web_port = env_port("WEB_PORT", 8000)
+    fleet_ports = simfleet_ports()
     celery = str(VENV_BIN / "celery")
     beat_pidfile = RUN_DIR / "celerybeat.pid"
     return [
+        # The development fleet: vLLM-compatible replicas that need no GPU.
+        Managed(
+            "simfleet",
+            [
+                str(VENV_BIN / "python"),
+                "-m",
+                "simfleet",
+                "--replicas",
+                str(len(fleet_ports)),
+                "--base-port",
+                str(fleet_ports[0]),
+            ],
+            ready=lambda: all(http_ok(f"http://127.0.0.1:{p}/health") for p in fleet_ports),
+        ),
         Managed(
             "web",
             [str(VENV_BIN / "gunicorn"), "controlplane.wsgi", "-c", "deploy/gunicorn.conf.py"],
@@ -375,7 +407,7 @@ def app_processes() -> list[Managed]:
 
 
 def check_web_port_free() -> None:
-    web = app_processes()[0]
+    web = next(p for p in app_processes() if p.name == "web")
     port = env_port("WEB_PORT", 8000)
     if web.running_pid() is None and answers("127.0.0.1", port):
         raise StackError(
@@ -400,6 +432,7 @@ def up() -> None:
         # Metric files of a previous run would be merged into the new one's numbers.
         shutil.rmtree(METRICS_DIR, ignore_errors=True)
     METRICS_DIR.mkdir(parents=True, exist_ok=True)
+    write_fleet_targets()
     env = child_env()
     for process in processes:
         process.start(env)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +75,8 @@ def stack_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
         "SECRET_KEY": "stack-test-secret-key-0123456789-0123456789",
         "WEB_WORKERS": "1",
+        "SIMFLEET_BASE_PORT": str(free_port()),
+        "SIMFLEET_REPLICAS": "1",
     }
     drop_database()
     yield env
@@ -90,18 +93,26 @@ def test_up_starts_what_is_missing_and_down_stops_exactly_that(
 
     started = stack(stack_env, "up")
     assert started.returncode == 0, started.stdout + started.stderr
-    for name in ("redis", "prometheus", "web", "worker", "beat"):
+    for name in ("redis", "prometheus", "simfleet", "web", "worker", "beat"):
         assert f"{name}: started" in started.stdout
     assert "postgres: already running" in started.stdout
     assert (var / "log" / "web.log").exists()
 
     status, body = get(f"{web}/readyz")
     assert status == 200, body
-    pids = {name: pid_of(var, name) for name in ("redis", "prometheus", "web", "worker", "beat")}
+    # Prometheus finds the simulated fleet through the targets file that `up` wrote.
+    query = urllib.parse.quote('count(vllm:num_requests_running{fleet="simfleet"})')
+    prometheus = stack_env["PROMETHEUS_URL"]
+    wait_for(
+        lambda: get(f"{prometheus}/api/v1/query?query={query}")[1]["data"]["result"] != [],
+        seconds=30,
+    )
+    names = ("redis", "prometheus", "simfleet", "web", "worker", "beat")
+    pids = {name: pid_of(var, name) for name in names}
 
     again = stack(stack_env, "up")
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("already running") == 6
+    assert again.stdout.count("already running") == 7
     assert {name: pid_of(var, name) for name in pids} == pids
 
     # Stopping Redis: /readyz names it with a 503 and the web process keeps serving.
@@ -115,8 +126,8 @@ def test_up_starts_what_is_missing_and_down_stops_exactly_that(
 
     stopped = stack(stack_env, "down")
     assert stopped.returncode == 0
-    assert "stopped beat, worker, web, prometheus" in stopped.stdout
-    for name in ("prometheus", "web", "worker", "beat"):
+    assert "stopped beat, worker, web, simfleet, prometheus" in stopped.stdout
+    for name in ("prometheus", "simfleet", "web", "worker", "beat"):
         wait_for(lambda name=name: not alive(pids[name]))  # type: ignore[misc]
     with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres") as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,), "down must not stop Postgres"
