@@ -1,0 +1,133 @@
+"""The gateway's configuration: one versioned snapshot, published by the control plane to Redis.
+
+This module is the single schema both sides use: the control plane validates what it publishes
+with it, the gateway validates what it reads with it, and a snapshot that fails validation is
+never applied (the gateway keeps serving from the last good one).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SNAPSHOT_KEY = "tollgate:gateway:snapshot"
+CHANGED_CHANNEL = "tollgate:gateway:snapshot:changed"
+
+NonNegative = Annotated[int, Field(ge=0)]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Budget(Frozen):
+    """A tenant's limits; None means unlimited. Token limits count prompt + output tokens."""
+
+    requests_per_minute: NonNegative | None = None
+    input_tokens_per_minute: NonNegative | None = None
+    output_tokens_per_minute: NonNegative | None = None
+    tokens_per_day: NonNegative | None = None
+    tokens_per_month: NonNegative | None = None
+    max_concurrent_requests: NonNegative | None = None
+    max_context_tokens: NonNegative | None = None
+    max_output_tokens: NonNegative | None = None
+    # Past max_output_tokens: lower the request's max_tokens to the limit, or refuse it.
+    over_max_output: Literal["clamp", "reject"] = "clamp"
+    # Output allowance reserved when a request names no max_tokens.
+    default_output_allowance: Annotated[int, Field(ge=1)] = 1024
+
+
+class Tenant(Frozen):
+    id: str
+    slug: str
+    tier: Literal["critical", "standard", "batch"] = "standard"
+    fail_mode: Literal["open", "closed"] = "closed"
+    budget: Budget = Budget()
+
+
+class ApiKey(Frozen):
+    id: str
+    tenant_id: str
+    prefix: str
+    # Routes this key may use; empty means every route of its tenant.
+    allowed_routes: tuple[str, ...] = ()
+    can_force_arm: bool = False
+    expires_at: dt.datetime | None = None
+
+
+class Replica(Frozen):
+    id: str
+    base_url: str
+    healthy: bool = True
+
+
+class Deployment(Frozen):
+    id: str
+    # The model name the replicas serve (a base model or a LoRA adapter name).
+    served_model_name: str
+    replicas: tuple[Replica, ...] = Field(min_length=1)
+    # Saturation seen by the control plane (from Prometheus): lower tiers are shed above these.
+    kv_cache_usage: float = 0.0
+    waiting_requests: NonNegative = 0
+    max_kv_cache_usage: float = 0.95
+    max_waiting_requests: NonNegative = 64
+    # The gateway's own in-flight limit per replica before shedding begins.
+    max_in_flight_per_replica: Annotated[int, Field(ge=1)] = 256
+    # Dollars per million tokens, for the cost in request records (0 when unknown).
+    cost_per_million_tokens: float = 0.0
+
+
+class Arm(Frozen):
+    name: Literal["baseline", "canary"]
+    deployment_id: str
+    weight: Annotated[float, Field(ge=0.0, le=100.0)]
+
+
+class Route(Frozen):
+    name: str
+    arms: tuple[Arm, ...] = Field(min_length=1, max_length=2)
+    # What keeps a session on its arm: the request's `user`, the X-Session-Id header, or the
+    # tenant itself. Falls back to the tenant when the chosen key is absent from a request.
+    stickiness: Literal["user", "session", "tenant"] = "user"
+    # Changes with each rollout, so a new rollout draws new cohorts.
+    salt: str = ""
+    rollout_id: str | None = None
+    # Tenants that may use the route; empty means every tenant.
+    tenant_ids: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_arm_each(self) -> Route:
+        names = [arm.name for arm in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"route {self.name!r} has two arms named the same: {names}")
+        if sum(arm.weight for arm in self.arms) <= 0:
+            raise ValueError(f"route {self.name!r} has no weight on any arm")
+        return self
+
+
+class Snapshot(Frozen):
+    version: Annotated[int, Field(ge=1)]
+    generated_at: dt.datetime
+    tenants: dict[str, Tenant] = Field(default_factory=dict)
+    # Key hash (sha256 hex of the secret) -> key.
+    keys: dict[str, ApiKey] = Field(default_factory=dict)
+    routes: dict[str, Route] = Field(default_factory=dict)
+    deployments: dict[str, Deployment] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> Snapshot:
+        for key_hash, key in self.keys.items():
+            if key.tenant_id not in self.tenants:
+                raise ValueError(f"key {key.prefix}… names unknown tenant {key.tenant_id!r}")
+            if len(key_hash) != 64:
+                raise ValueError(f"key {key.prefix}… is not indexed by a sha256 hex digest")
+        for route in self.routes.values():
+            for arm in route.arms:
+                if arm.deployment_id not in self.deployments:
+                    raise ValueError(
+                        f"route {route.name!r} arm {arm.name} names unknown deployment "
+                        f"{arm.deployment_id!r}"
+                    )
+        return self

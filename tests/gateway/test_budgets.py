@@ -1,0 +1,131 @@
+"""Budget admission and settlement against real Redis, with the Lua scripts the gateway runs."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as redis
+
+from gateway.budgets import Budgets, Refusal, Reservation
+from gateway.snapshot import Budget
+
+NOW = dt.datetime(2026, 11, 30, 12, 0, 30, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[redis.Redis]:
+    connection = redis.Redis.from_url(os.environ["REDIS_URL"])
+    await connection.flushdb()
+    yield connection
+    await connection.flushdb()
+    await connection.aclose()
+
+
+async def admit(
+    budgets: Budgets,
+    budget: Budget,
+    *,
+    prompt: int = 10,
+    allowance: int = 20,
+    now: dt.datetime = NOW,
+    deadline_s: float = 60.0,
+) -> Reservation | Refusal:
+    return await budgets.admit(
+        tenant_id="t1",
+        budget=budget,
+        request_id=uuid.uuid4().hex,
+        prompt_tokens=prompt,
+        output_allowance=allowance,
+        deadline_s=deadline_s,
+        now=now,
+    )
+
+
+async def test_concurrent_admissions_never_exceed_the_request_limit(client: redis.Redis) -> None:
+    # Five independent connections race, like gateway processes on different hosts.
+    clients = [redis.Redis.from_url(os.environ["REDIS_URL"]) for _ in range(5)]
+    budget = Budget(requests_per_minute=100)
+    results = await asyncio.gather(*(admit(Budgets(clients[i % 5]), budget) for i in range(500)))
+    for c in clients:
+        await c.aclose()
+    admitted = [r for r in results if isinstance(r, Reservation)]
+    refused = [r for r in results if isinstance(r, Refusal)]
+    assert len(admitted) == 100
+    assert {r.limit for r in refused} == {"requests_per_minute"}
+    assert {r.retry_after_s for r in refused} == {30}
+
+
+async def test_the_output_allowance_is_reserved_then_refunded_to_actual_usage(
+    client: redis.Redis,
+) -> None:
+    budgets = Budgets(client)
+    budget = Budget(output_tokens_per_minute=100)
+    first = await admit(budgets, budget, allowance=60)
+    assert isinstance(first, Reservation)
+    # 60 reserved: a second request asking 60 more does not fit.
+    refused = await admit(budgets, budget, allowance=60)
+    assert isinstance(refused, Refusal)
+    assert refused.limit == "output_tokens_per_minute"
+    await budgets.settle(first, prompt_tokens=10, output_tokens=15)
+    # Only 15 were used: 85 are free again.
+    assert isinstance(await admit(budgets, budget, allowance=80), Reservation)
+    assert isinstance(await admit(budgets, budget, allowance=10), Refusal)
+
+
+async def test_daily_tokens_count_prompt_and_output(client: redis.Redis) -> None:
+    budgets = Budgets(client)
+    budget = Budget(tokens_per_day=100)
+    assert isinstance(await admit(budgets, budget, prompt=40, allowance=40), Reservation)
+    refused = await admit(budgets, budget, prompt=10, allowance=20)
+    assert isinstance(refused, Refusal)
+    assert refused.limit == "tokens_per_day"
+    assert refused.retry_after_s == 12 * 3600 - 30
+
+
+async def test_concurrency_slots_are_freed_when_a_request_settles(client: redis.Redis) -> None:
+    budgets = Budgets(client)
+    budget = Budget(max_concurrent_requests=2)
+    first = await admit(budgets, budget)
+    second = await admit(budgets, budget)
+    assert isinstance(first, Reservation)
+    assert isinstance(second, Reservation)
+    third = await admit(budgets, budget)
+    assert isinstance(third, Refusal)
+    assert third.limit == "max_concurrent_requests"
+    await budgets.settle(first, prompt_tokens=10, output_tokens=5)
+    assert isinstance(await admit(budgets, budget), Reservation)
+
+
+async def test_reservations_never_settled_expire_and_are_refunded(client: redis.Redis) -> None:
+    budgets = Budgets(client)
+    budget = Budget(tokens_per_day=100, max_concurrent_requests=1)
+    crashed = await admit(budgets, budget, prompt=30, allowance=50, deadline_s=5)
+    assert isinstance(crashed, Reservation)
+    assert isinstance(await admit(budgets, budget, now=NOW + dt.timedelta(seconds=1)), Refusal)
+    later = NOW + dt.timedelta(seconds=10)
+    # The crashed request's slot and its 80 reserved tokens are back.
+    assert isinstance(await admit(budgets, budget, prompt=40, allowance=50, now=later), Reservation)
+
+
+async def test_settling_after_expiry_charges_what_was_used(client: redis.Redis) -> None:
+    budgets = Budgets(client)
+    budget = Budget(tokens_per_day=100)
+    slow = await admit(budgets, budget, prompt=10, allowance=80, deadline_s=5)
+    assert isinstance(slow, Reservation)
+    later = NOW + dt.timedelta(seconds=10)
+    assert isinstance(await admit(budgets, budget, prompt=1, allowance=1, now=later), Reservation)
+    await budgets.settle(slow, prompt_tokens=10, output_tokens=70)
+    # 2 + 80 used: 18 left.
+    assert isinstance(await admit(budgets, budget, prompt=10, allowance=8, now=later), Reservation)
+    assert isinstance(await admit(budgets, budget, prompt=1, allowance=1, now=later), Refusal)
+
+
+async def test_unlimited_budgets_admit_everything(client: redis.Redis) -> None:
+    budgets = Budgets(client)
+    results = [await admit(budgets, Budget(), prompt=10**6, allowance=10**6) for _ in range(5)]
+    assert all(isinstance(r, Reservation) for r in results)
