@@ -1,0 +1,566 @@
+"""The gateway's ASGI application: the request path of DESIGN.md, in order.
+
+authenticate → validate → resolve route → choose arm → shed at peak → admit against budgets →
+pick a replica → proxy and stream → measure → settle the budget → metrics and a request record.
+
+A bare ASGI application (no framework): this is Tollgate's hot path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import logging
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis.asyncio as redis
+
+from gateway import measure
+from gateway.budgets import Budgets, Refusal, Reservation
+from gateway.errors import GatewayError, bad_request
+from gateway.proxy import Progress, Upstream, UpstreamFailed, assemble, relay
+from gateway.requests import (
+    estimate_prompt_tokens,
+    parse_body,
+    requested_max_tokens,
+    system_prefix,
+    too_large,
+    validate,
+)
+from gateway.routing import ReplicaLoad, choose_arm, choose_replica
+from gateway.settings import Settings
+from gateway.snapshot import ApiKey, Arm, Deployment, Route, Snapshot, Tenant
+from gateway.store import SnapshotStore
+from gateway.tools import tool_outcome
+
+logger = logging.getLogger("gateway")
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+JSON = [(b"content-type", b"application/json")]
+FORCE_ARM_HEADER = b"x-tollgate-arm"
+SESSION_HEADER = b"x-session-id"
+# Shedding order at peak: how far past a deployment's limits each tier is still admitted.
+SHED_HEADROOM = {"batch": 1.0, "standard": 1.25, "critical": None}
+
+
+@dataclass
+class Call:
+    """One request on its way through the gateway."""
+
+    request_id: str
+    arrival: float
+    started: float
+    chat: bool
+    payload: dict[str, Any]
+    tenant: Tenant
+    route: Route
+    arm: Arm
+    deployment: Deployment
+    prompt_estimate: int
+    allowance: int
+    client_streams: bool
+    client_wants_usage: bool
+    concurrency: int
+    replica_id: str = ""
+    reservation: Reservation | None = None
+
+
+class GatewayApp:
+    def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
+        self.settings = settings
+        self.redis = client or redis.Redis.from_url(
+            settings.redis_url, socket_connect_timeout=0.5, socket_timeout=1.0
+        )
+        self.store = SnapshotStore(self.redis, poll_s=settings.snapshot_poll_s)
+        self.budgets = Budgets(self.redis)
+        self.samples = measure.SampleWriter(
+            self.redis, stream=settings.samples_stream, max_len=settings.samples_max_len
+        )
+        self.upstream = Upstream(connect_timeout_s=settings.connect_timeout_s)
+        self.load = ReplicaLoad()
+        self.in_flight: defaultdict[str, int] = defaultdict(int)  # per deployment
+        self._background: set[asyncio.Task[None]] = set()
+
+    # --- ASGI ---------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        method, path = scope["method"], scope["path"]
+        try:
+            if path == "/v1/chat/completions" and method == "POST":
+                await self.completion(scope, receive, send, chat=True)
+            elif path == "/v1/completions" and method == "POST":
+                await self.completion(scope, receive, send, chat=False)
+            elif path == "/v1/models" and method == "GET":
+                await self.models(scope, send)
+            elif path == "/healthz":
+                await self._json(send, 200, {"status": "ok"})
+            elif path == "/readyz":
+                await self.readyz(send)
+            elif path == "/metrics":
+                body, content_type = measure.metrics_body()
+                await self._raw(send, 200, body, [(b"content-type", content_type.encode())])
+            else:
+                raise GatewayError(404, f"No route for {method} {path}.", code="not_found")
+        except GatewayError as error:
+            await self._raw(send, error.status, error.body(), error.headers())
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.store.refresh()
+                self.store.start()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.store.stop()
+                if self._background:
+                    await asyncio.wait(self._background, timeout=5)
+                await self.upstream.close()
+                await self.redis.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    @staticmethod
+    async def _raw(
+        send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _json(self, send: Send, status: int, payload: Any) -> None:
+        await self._raw(send, status, orjson.dumps(payload), JSON)
+
+    async def readyz(self, send: Send) -> None:
+        snapshot = self.store.current
+        body = {
+            "status": "ok" if snapshot else "error",
+            "snapshot_version": snapshot.version if snapshot else None,
+            "redis": "ok" if self.store.redis_ok else "error",
+        }
+        await self._json(send, 200 if snapshot else 503, body)
+
+    # --- who is asking ------------------------------------------------------------------------
+
+    def _snapshot(self) -> Snapshot:
+        snapshot = self.store.current
+        if snapshot is None:
+            raise GatewayError(
+                503, "The gateway has no configuration yet.", error_type="server_error",
+                code="not_configured", retry_after_s=5,
+            )  # fmt: skip
+        return snapshot
+
+    def _authenticate(self, scope: Scope, snapshot: Snapshot) -> tuple[ApiKey, Tenant]:
+        header = _header(scope, b"authorization")
+        if not header or not header.startswith("Bearer "):
+            raise GatewayError(
+                401,
+                "Missing API key: send 'Authorization: Bearer <tenant API key>'.",
+                code="missing_api_key",
+            )
+        secret = header[7:].strip()
+        key = snapshot.keys.get(hashlib.sha256(secret.encode()).hexdigest())
+        if key is None:
+            raise GatewayError(401, "Incorrect API key provided.", code="invalid_api_key")
+        if key.expires_at is not None and key.expires_at <= dt.datetime.now(dt.UTC):
+            raise GatewayError(401, f"API key {key.prefix}… has expired.", code="expired_api_key")
+        return key, snapshot.tenants[key.tenant_id]
+
+    def _routes_for(self, snapshot: Snapshot, key: ApiKey, tenant: Tenant) -> list[Route]:
+        return [
+            route
+            for route in snapshot.routes.values()
+            if (not route.tenant_ids or tenant.id in route.tenant_ids)
+            and (not key.allowed_routes or route.name in key.allowed_routes)
+        ]
+
+    async def models(self, scope: Scope, send: Send) -> None:
+        snapshot = self._snapshot()
+        key, tenant = self._authenticate(scope, snapshot)
+        data = [
+            {"id": route.name, "object": "model", "created": 0, "owned_by": "tollgate"}
+            for route in self._routes_for(snapshot, key, tenant)
+        ]
+        await self._json(send, 200, {"object": "list", "data": data})
+
+    # --- the request path ---------------------------------------------------------------------
+
+    async def completion(self, scope: Scope, receive: Receive, send: Send, *, chat: bool) -> None:
+        arrival, started = time.time(), time.monotonic()
+        snapshot = self._snapshot()
+        key, tenant = self._authenticate(scope, snapshot)
+        payload = parse_body(await self._read_body(receive))
+        validate(payload, chat=chat)
+        route = self._resolve_route(snapshot, key, tenant, payload["model"])
+        call = self._plan(scope, snapshot, key, tenant, route, payload, chat, arrival, started)
+        self._shed_if_saturated(call)
+        await self._admit(call)
+        progress = Progress()
+        try:
+            await self._proxy(call, progress, receive, send)
+        except GatewayError as error:
+            if not progress.headers_sent:
+                progress.status = error.status
+                raise  # answered as a JSON error by __call__
+            # Mid-stream: the status line is gone; end the stream with an error event.
+            progress.finish_reason = "error"
+            event = b"data: " + error.body() + b"\n\ndata: [DONE]\n\n"
+            with contextlib.suppress(OSError):
+                await send({"type": "http.response.body", "body": event})
+        finally:
+            self._finish_in_background(call, progress)
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        limit = self.settings.max_body_bytes
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise GatewayError(499, "The client closed the connection.")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise too_large(limit)
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    def _resolve_route(self, snapshot: Snapshot, key: ApiKey, tenant: Tenant, name: str) -> Route:
+        route = snapshot.routes.get(name)
+        if route is None or route not in self._routes_for(snapshot, key, tenant):
+            raise GatewayError(
+                404,
+                f"The model `{name}` does not exist or you do not have access to it.",
+                code="model_not_found",
+                param="model",
+            )
+        return route
+
+    def _plan(
+        self,
+        scope: Scope,
+        snapshot: Snapshot,
+        key: ApiKey,
+        tenant: Tenant,
+        route: Route,
+        payload: dict[str, Any],
+        chat: bool,
+        arrival: float,
+        started: float,
+    ) -> Call:
+        budget = tenant.budget
+        prompt = estimate_prompt_tokens(payload, chat=chat)
+        if budget.max_context_tokens is not None and prompt > budget.max_context_tokens:
+            raise bad_request(
+                f"The prompt is about {prompt} tokens; this tenant's limit is "
+                f"{budget.max_context_tokens} (max_context_tokens).",
+                param="messages" if chat else "prompt",
+                code="context_length_exceeded",
+            )
+        asked = requested_max_tokens(payload)
+        allowance = asked if asked is not None else budget.default_output_allowance
+        if budget.max_output_tokens is not None and allowance > budget.max_output_tokens:
+            if asked is not None and budget.over_max_output == "reject":
+                raise bad_request(
+                    f"max_tokens={asked} is above this tenant's limit of "
+                    f"{budget.max_output_tokens} output tokens (max_output_tokens).",
+                    param="max_tokens",
+                )
+            allowance = budget.max_output_tokens
+        arm = self._choose_arm(scope, key, tenant, route, payload)
+        deployment = snapshot.deployments[arm.deployment_id]
+        options = payload.get("stream_options") or {}
+        return Call(
+            request_id=uuid.uuid4().hex,
+            arrival=arrival,
+            started=started,
+            chat=chat,
+            payload=payload,
+            tenant=tenant,
+            route=route,
+            arm=arm,
+            deployment=deployment,
+            prompt_estimate=prompt,
+            allowance=allowance,
+            client_streams=bool(payload.get("stream")),
+            client_wants_usage=bool(options.get("include_usage")),
+            concurrency=self.in_flight[deployment.id],
+        )
+
+    def _choose_arm(
+        self, scope: Scope, key: ApiKey, tenant: Tenant, route: Route, payload: dict[str, Any]
+    ) -> Arm:
+        forced = _header(scope, FORCE_ARM_HEADER)
+        if forced:
+            if not key.can_force_arm:
+                raise GatewayError(
+                    403,
+                    "This API key may not choose an arm (X-Tollgate-Arm).",
+                    code="arm_forcing_not_allowed",
+                )
+            arm = next((a for a in route.arms if a.name == forced), None)
+            if arm is None:
+                names = ", ".join(a.name for a in route.arms)
+                raise bad_request(f"X-Tollgate-Arm must be one of: {names}.", code="unknown_arm")
+            return arm
+        session = tenant.id
+        if route.stickiness == "user" and isinstance(payload.get("user"), str):
+            session = payload["user"] or tenant.id
+        elif route.stickiness == "session":
+            session = _header(scope, SESSION_HEADER) or tenant.id
+        return choose_arm(route, f"{tenant.id}\0{session}")
+
+    def _shed_if_saturated(self, call: Call) -> None:
+        headroom = SHED_HEADROOM[call.tenant.tier]
+        if headroom is None:
+            return  # the top tier is never shed by the gateway
+        dep = call.deployment
+        healthy = sum(1 for r in dep.replicas if r.healthy) or 1
+        pressure = max(
+            dep.kv_cache_usage / dep.max_kv_cache_usage,
+            dep.waiting_requests / max(1, dep.max_waiting_requests),
+            self.in_flight[dep.id] / (dep.max_in_flight_per_replica * healthy),
+        )
+        if pressure >= headroom:
+            measure.REJECTIONS.labels(call.route.name, call.tenant.slug, "shed").inc()
+            raise GatewayError(
+                503,
+                f"The model is at capacity; {call.tenant.tier}-tier traffic is shed first. "
+                "Retry shortly.",
+                error_type="server_error",
+                code="overloaded",
+                retry_after_s=2,
+            )
+
+    async def _admit(self, call: Call) -> None:
+        try:
+            result = await self.budgets.admit(
+                tenant_id=call.tenant.id,
+                budget=call.tenant.budget,
+                request_id=call.request_id,
+                prompt_tokens=call.prompt_estimate,
+                output_allowance=call.allowance,
+                deadline_s=self.settings.total_timeout_s + 60,
+            )
+        except (redis.RedisError, OSError) as exc:
+            if call.tenant.fail_mode == "open":
+                logger.warning("budget store unreachable, tenant %s fails open", call.tenant.slug)
+                return
+            measure.REJECTIONS.labels(call.route.name, call.tenant.slug, "budget_store").inc()
+            raise GatewayError(
+                503,
+                "Budgets cannot be checked right now and this tenant fails closed. Retry shortly.",
+                error_type="server_error",
+                code="budget_store_unavailable",
+                retry_after_s=5,
+            ) from exc
+        if isinstance(result, Refusal):
+            measure.REJECTIONS.labels(call.route.name, call.tenant.slug, result.limit).inc()
+            raise GatewayError(
+                429,
+                f"Rate limit reached for this tenant: {result.limit.replace('_', ' ')}. "
+                f"Retry after {result.retry_after_s} s.",
+                error_type="rate_limit_error",
+                code=result.limit,
+                retry_after_s=result.retry_after_s,
+            )
+        call.reservation = result
+
+    def _upstream_body(self, call: Call) -> bytes:
+        payload = dict(call.payload)
+        payload["model"] = call.deployment.served_model_name
+        payload["stream"] = True
+        payload["stream_options"] = {"include_usage": True}
+        payload.pop("max_completion_tokens", None)
+        payload["max_tokens"] = call.allowance
+        return orjson.dumps(payload)
+
+    async def _proxy(self, call: Call, progress: Progress, receive: Receive, send: Send) -> None:
+        body = self._upstream_body(call)
+        forward = asyncio.ensure_future(self._forward(call, body, progress, send))
+        watch = asyncio.ensure_future(_wait_for_disconnect(receive))
+        self.in_flight[call.deployment.id] += 1
+        measure.IN_FLIGHT.inc()
+        try:
+            await asyncio.wait((forward, watch), return_when=asyncio.FIRST_COMPLETED)
+            if not forward.done():
+                # The client left: cancelling closes the upstream connection, which makes
+                # vLLM abort the request; what was generated until then is still charged.
+                forward.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await forward
+                progress.client_left = True
+                return
+            watch.cancel()
+            forward.result()  # raises GatewayError
+        finally:
+            self.in_flight[call.deployment.id] -= 1
+            measure.IN_FLIGHT.dec()
+        await self._answer(call, progress, send)
+
+    async def _forward(self, call: Call, body: bytes, progress: Progress, send: Send) -> None:
+        tried: set[str] = set()
+        failure = "no healthy replica"
+        tokens = call.prompt_estimate + call.allowance
+        prefix = system_prefix(call.payload) if call.chat else None
+        measure.OVERHEAD.observe(time.monotonic() - call.started)
+        # Retry once on another replica, and only while nothing was sent to the client.
+        for _ in range(2):
+            replica = choose_replica(
+                call.deployment, self.load, prefix=prefix, exclude=frozenset(tried)
+            )
+            if replica is None:
+                break
+            tried.add(replica.id)
+            call.replica_id = replica.id
+            self.load.add(replica.id, tokens)
+            try:
+                response = await self.upstream.open(
+                    replica.base_url.rstrip("/")
+                    + ("/v1/chat/completions" if call.chat else "/v1/completions"),
+                    body,
+                )
+            except UpstreamFailed as exc:
+                self.load.remove(replica.id, tokens)
+                failure = f"{replica.id}: {exc}"
+                continue
+            finished = False
+            try:
+                async with asyncio.timeout(self.settings.total_timeout_s):
+                    await relay(
+                        response,
+                        progress,
+                        send=send,
+                        client_streams=call.client_streams,
+                        client_wants_usage=call.client_wants_usage,
+                        public_model=call.route.name,
+                        first_token_timeout_s=self.settings.first_token_timeout_s,
+                    )
+                finished = True
+            except TimeoutError:
+                progress.finish_reason = "error"
+                raise GatewayError(
+                    504,
+                    f"The request ran past {self.settings.total_timeout_s:g} s.",
+                    error_type="timeout",
+                    code="total_timeout",
+                ) from None
+            finally:
+                self.load.remove(replica.id, tokens)
+                if finished:
+                    response.release()  # back to the pool for the next request
+                else:
+                    response.close()  # cut: the replica sees the disconnect and aborts
+            return
+        raise GatewayError(
+            502,
+            f"No replica of deployment {call.deployment.id} could answer ({failure}).",
+            error_type="server_error",
+            code="upstream_unavailable",
+        )
+
+    async def _answer(self, call: Call, progress: Progress, send: Send) -> None:
+        if progress.error_body is not None:
+            # The replica refused the request (a 4xx in the same envelope): pass it on.
+            await self._raw(send, progress.status, progress.error_body, JSON)
+            return
+        if call.client_streams:
+            if not progress.headers_sent:
+                await send({"type": "http.response.start", "status": 200, "headers": _sse()})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        answer = assemble(progress, chat=call.chat, public_model=call.route.name)
+        await self._json(send, 200, answer)
+
+    # --- after the response -------------------------------------------------------------------
+
+    def _finish_in_background(self, call: Call, progress: Progress) -> None:
+        task = asyncio.get_running_loop().create_task(self._finish(call, progress))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _finish(self, call: Call, progress: Progress) -> None:
+        usage = progress.usage or {}
+        client_left = progress.client_left
+        reached = bool(call.replica_id) and progress.status not in (0, 502)
+        prompt_tokens = int(usage.get("prompt_tokens") or (call.prompt_estimate if reached else 0))
+        output_tokens = int(usage.get("completion_tokens") or progress.token_events)
+        if call.reservation is not None:
+            try:
+                await self.budgets.settle(
+                    call.reservation, prompt_tokens=prompt_tokens, output_tokens=output_tokens
+                )
+            except (redis.RedisError, OSError) as exc:
+                # The reservation expires and is refunded; the usage is lost to the budget.
+                logger.warning("could not settle %s: %s", call.request_id, exc)
+        tpot = None
+        if progress.first_token_at and progress.last_token_at and progress.token_events > 1:
+            tpot = (progress.last_token_at - progress.first_token_at) / (progress.token_events - 1)
+        tools = call.payload.get("tools")
+        outcome = None
+        if tools and progress.status == 200 and not client_left:
+            outcome = tool_outcome(tools, [c for _, c in sorted(progress.tool_calls.items())])
+        finish = "abort" if client_left else progress.finish_reason
+        sample = measure.Sample(
+            ts=call.arrival,
+            rid=progress.response_id or call.request_id,
+            route=call.route.name,
+            arm=call.arm.name,
+            dep=call.deployment.id,
+            rollout=call.route.rollout_id,
+            tenant=call.tenant.slug,
+            replica=call.replica_id,
+            status=499 if client_left else (progress.status or 502),
+            finish=finish,
+            pt=prompt_tokens,
+            ot=output_tokens,
+            ttft_ms=_ms(progress.first_token_at - call.started)
+            if progress.first_token_at
+            else None,
+            tpot_ms=_ms(tpot) if tpot is not None else None,
+            e2e_ms=_ms(time.monotonic() - call.started),
+            tool=outcome,
+            conc=call.concurrency,
+            stream=call.client_streams,
+            cost=(prompt_tokens + output_tokens) * call.deployment.cost_per_million_tokens / 1e6,
+        )
+        measure.observe(sample)
+        await self.samples.write(sample)
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def _sse() -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+async def _wait_for_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return

@@ -1,0 +1,141 @@
+"""What the gateway measures of every request: Prometheus metrics and one record on a stream.
+
+The records are the judge's raw material (per-request TTFT, TPOT, tokens, outcome, arm), so they
+are compact JSON on a Redis stream of bounded length, written after the response is complete and
+never on the client's critical path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass
+
+import orjson
+import redis.asyncio as redis
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+logger = logging.getLogger("gateway.measure")
+
+LABELS = ("route", "arm", "deployment", "tenant")
+# Finer than vLLM's buckets at the low end: the judge compares arms a few ms apart.
+TTFT_BUCKETS = (
+    0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+    0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 60.0,
+)  # fmt: skip
+TPOT_BUCKETS = (
+    0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
+    0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0,
+)  # fmt: skip
+E2E_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300, 600)
+OVERHEAD_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.025, 0.05, 0.1)
+
+REQUESTS = Counter(
+    "tollgate_gateway_requests",
+    "Requests proxied, by outcome.",
+    (*LABELS, "status", "finish_reason"),
+)
+TTFT = Histogram(
+    "tollgate_gateway_ttft_seconds", "Time to first token.", LABELS, buckets=TTFT_BUCKETS
+)
+TPOT = Histogram(
+    "tollgate_gateway_tpot_seconds",
+    "Time per output token after the first.",
+    LABELS,
+    buckets=TPOT_BUCKETS,
+)
+E2E = Histogram(
+    "tollgate_gateway_e2e_seconds", "End-to-end request latency.", LABELS, buckets=E2E_BUCKETS
+)
+TOKENS = Counter(
+    "tollgate_gateway_tokens", "Tokens by direction (prompt, output).", (*LABELS, "direction")
+)
+TOOL_CALLS = Counter(
+    "tollgate_gateway_tool_calls", "Requests with tools, by outcome.", (*LABELS, "outcome")
+)
+REJECTIONS = Counter(
+    "tollgate_gateway_rejections",
+    "Requests refused before reaching a replica.",
+    ("route", "tenant", "reason"),
+)
+OVERHEAD = Histogram(
+    "tollgate_gateway_overhead_seconds",
+    "Time the gateway spends on a request before sending it upstream.",
+    buckets=OVERHEAD_BUCKETS,
+)
+IN_FLIGHT = Gauge("tollgate_gateway_in_flight", "Requests in flight.", multiprocess_mode="livesum")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One finished request, as appended to the samples stream (short keys keep it compact)."""
+
+    ts: float  # unix time at arrival
+    rid: str
+    route: str
+    arm: str
+    dep: str
+    rollout: str | None
+    tenant: str
+    replica: str
+    status: int
+    finish: str | None  # stop, length, tool_calls, abort (client left), error
+    pt: int  # prompt tokens (from the upstream's usage)
+    ot: int  # output tokens
+    ttft_ms: float | None
+    tpot_ms: float | None
+    e2e_ms: float
+    tool: str | None  # None (no tools), no_call, valid, invalid_json, invalid_schema
+    conc: int  # requests this gateway process had in flight to the deployment at start
+    stream: bool
+    cost: float  # dollars, from the deployment's unit cost
+
+
+def observe(sample: Sample) -> None:
+    labels = (sample.route, sample.arm, sample.dep, sample.tenant)
+    REQUESTS.labels(*labels, str(sample.status), sample.finish or "none").inc()
+    E2E.labels(*labels).observe(sample.e2e_ms / 1000)
+    if sample.ttft_ms is not None:
+        TTFT.labels(*labels).observe(sample.ttft_ms / 1000)
+    if sample.tpot_ms is not None:
+        TPOT.labels(*labels).observe(sample.tpot_ms / 1000)
+    TOKENS.labels(*labels, "prompt").inc(sample.pt)
+    TOKENS.labels(*labels, "output").inc(sample.ot)
+    if sample.tool is not None:
+        TOOL_CALLS.labels(*labels, sample.tool).inc()
+
+
+class SampleWriter:
+    def __init__(self, client: redis.Redis, *, stream: str, max_len: int) -> None:
+        self._client = client
+        self._stream = stream
+        self._max_len = max_len
+
+    async def write(self, sample: Sample) -> None:
+        try:
+            await self._client.xadd(
+                self._stream,
+                {"r": orjson.dumps(asdict(sample))},
+                maxlen=self._max_len,
+                approximate=True,
+            )
+        except (redis.RedisError, OSError) as exc:
+            # Losing a sample while Redis is away is accepted: serving must not stop for it.
+            logger.warning("could not record request %s: %s", sample.rid, exc)
+
+
+def metrics_body() -> tuple[bytes, str]:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

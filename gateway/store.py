@@ -1,0 +1,77 @@
+"""The gateway's copy of the configuration snapshot, kept current from Redis.
+
+A new snapshot is announced on pub/sub and applied at once; polling catches announcements missed
+while disconnected. A snapshot that fails validation, or is older than the one in use, is ignored.
+When Redis is unreachable the last good snapshot stays in force: routing goes on, and budgets
+follow each tenant's fail mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import redis.asyncio as redis
+from pydantic import ValidationError
+
+from gateway.snapshot import CHANGED_CHANNEL, SNAPSHOT_KEY, Snapshot
+
+logger = logging.getLogger("gateway.store")
+
+
+class SnapshotStore:
+    def __init__(self, client: redis.Redis, *, poll_s: float) -> None:
+        self._client = client
+        self._poll_s = poll_s
+        self.current: Snapshot | None = None
+        self.redis_ok = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def refresh(self) -> bool:
+        """Reads the published snapshot; True when a newer valid one was applied."""
+        try:
+            raw = await self._client.get(SNAPSHOT_KEY)
+            self.redis_ok = True
+        except (redis.RedisError, OSError) as exc:
+            if self.redis_ok:
+                logger.warning("Redis unreachable, keeping snapshot in force: %s", exc)
+            self.redis_ok = False
+            return False
+        if raw is None:
+            return False
+        try:
+            snapshot = Snapshot.model_validate_json(raw)
+        except ValidationError as exc:
+            logger.error("ignoring an invalid snapshot: %s", exc.errors()[:3])
+            return False
+        if self.current is not None and snapshot.version <= self.current.version:
+            return False
+        self.current = snapshot  # one assignment: requests see the old or the new, never a mix
+        logger.info("applied snapshot version %s", snapshot.version)
+        return True
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                async with self._client.pubsub() as pubsub:
+                    await pubsub.subscribe(CHANGED_CHANNEL)
+                    await self.refresh()  # anything published while we were not listening
+                    while True:
+                        # An announcement or a quiet poll interval: either way, look.
+                        await pubsub.get_message(
+                            ignore_subscribe_messages=True, timeout=self._poll_s
+                        )
+                        await self.refresh()
+            except (redis.RedisError, OSError):
+                self.redis_ok = False
+                await asyncio.sleep(min(self._poll_s, 1.0))
