@@ -161,11 +161,14 @@ class ReplicaApp:
 
     async def metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
         replica = self.replica
-        running = sorted(
-            {n for n, (_, p) in replica.adapters.items() if replica.engines[p].running}
-        )
+        adapters = replica.adapters
+        engines = replica.engines.values()
+        running = {r.model for e in engines for r in e.running if r.model in adapters}
+        waiting = {r.model for e in engines for r in e.waiting if r.model in adapters}
         max_loras = max((m.max_loras for m in replica.spec.models), default=0)
-        replica.metrics.set_lora_info(max_loras=max_loras, waiting=[], running=running)
+        replica.metrics.set_lora_info(
+            max_loras=max_loras, waiting=sorted(waiting), running=sorted(running)
+        )
         body = generate_latest(replica.metrics.registry)
         await respond(send, 200, body, [(b"content-type", CONTENT_TYPE_LATEST.encode())])
 
@@ -327,6 +330,7 @@ class Completion:
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         self.served = self._resolve()
         self.max_tokens = self._max_tokens()
+        self._check_tool_choice()
         self.stream = bool(payload.get("stream"))
         options = payload.get("stream_options") or {}
         self.include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
@@ -344,7 +348,8 @@ class Completion:
 
     def _max_tokens(self) -> int:
         limit = self.served.base.max_model_len
-        if self.prompt_tokens > limit:
+        # vLLM keeps at least one position of the context for the answer.
+        if self.prompt_tokens >= limit:
             raise ApiError(
                 400,
                 f"This model's maximum context length is {limit} tokens. However, your request "
@@ -375,6 +380,26 @@ class Completion:
             )
         return requested
 
+    def _check_tool_choice(self) -> None:
+        choice = self.payload.get("tool_choice")
+        tools = self.payload.get("tools") or []
+        if choice is None or choice == "none":
+            return
+        if not tools:
+            raise ApiError(
+                400, "When using `tool_choice`, `tools` must be set.", param="tool_choice"
+            )
+        if isinstance(choice, dict):
+            wanted = (choice.get("function") or {}).get("name")
+            names = {(t.get("function") or {}).get("name") for t in tools}
+            if wanted not in names:
+                raise ApiError(
+                    400,
+                    "The tool specified in `tool_choice` does not match any of the specified "
+                    "`tools`",
+                    param="tool_choice",
+                )
+
     def _wants_tool_call(self, rng: Any) -> bool:
         tools = self.payload.get("tools")
         if not self.chat or not tools:
@@ -392,7 +417,7 @@ class Completion:
         functions = [t.get("function") or {} for t in tools]
         if isinstance(choice, dict):
             wanted = (choice.get("function") or {}).get("name")
-            functions = [f for f in functions if f.get("name") == wanted] or functions
+            functions = [f for f in functions if f.get("name") == wanted]
         function = rng.choice(functions)
         schema = function.get("parameters") or {}
         faults = self.replica.faults
@@ -438,6 +463,7 @@ class Completion:
             target = self.max_tokens
         request = SimRequest(
             request_id=self.id,
+            model=self.served.name,
             prompt_tokens=self.prompt_tokens,
             max_tokens=self.max_tokens,
             target_tokens=target,
@@ -476,7 +502,10 @@ class Completion:
         }
 
     def _finish_reason(self, request: SimRequest) -> str | None:
-        if request.finish_reason == "stop" and self.tool_call is not None:
+        # vLLM reports tool_calls for auto and required tool choice; a named function the
+        # client forced ends with a plain stop.
+        named = isinstance(self.payload.get("tool_choice"), dict)
+        if request.finish_reason == "stop" and self.tool_call is not None and not named:
             return "tool_calls"
         return request.finish_reason
 

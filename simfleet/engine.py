@@ -35,6 +35,7 @@ class SimRequest:
     """One request inside the engine. The API layer reads `generated` and waits on `wakeup`."""
 
     request_id: str
+    model: str  # the served name asked for: the base model or one of its LoRA adapters
     prompt_tokens: int
     max_tokens: int
     # Tokens to generate before the answer ends by itself; >= max_tokens means cut by length.

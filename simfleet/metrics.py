@@ -14,7 +14,20 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from simfleet.profiles import ModelProfile
 
-TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+def token_buckets(max_model_len: int) -> tuple[int, ...]:
+    """1, 2, 5, 10, 20, 50, … up to max_model_len, as vLLM builds its token histograms."""
+    buckets: list[int] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_model_len:
+                return tuple(buckets)
+            buckets.append(value)
+        exponent += 1
+
+
 ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
@@ -54,8 +67,10 @@ BLOCK_SIZE = 128
 class ReplicaMetrics:
     """The metric families of one replica (one registry, served at its /metrics)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_model_len: int) -> None:
+        """`max_model_len`: the longest context among the replica's models (token buckets)."""
         self.registry = CollectorRegistry()
+        tokens = token_buckets(max_model_len)
         r = self.registry
 
         def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
@@ -123,12 +138,12 @@ class ReplicaMetrics:
             registry=r,
         )
         self.request_prompt_tokens = histogram(
-            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", TOKEN_BUCKETS
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens
         )
         self.request_generation_tokens = histogram(
             "vllm:request_generation_tokens",
             "Number of generation tokens processed.",
-            TOKEN_BUCKETS,
+            tokens,
         )
         self.iteration_tokens = histogram(
             "vllm:iteration_tokens_total", "Number of tokens per engine_step.", ITERATION_BUCKETS
@@ -136,11 +151,11 @@ class ReplicaMetrics:
         self.max_num_generation_tokens = histogram(
             "vllm:request_max_num_generation_tokens",
             "Number of max generation tokens per request.",
-            TOKEN_BUCKETS,
+            tokens,
         )
         self.params_n = histogram("vllm:request_params_n", "The n request parameter.", N_BUCKETS)
         self.params_max_tokens = histogram(
-            "vllm:request_params_max_tokens", "The max_tokens request parameter.", TOKEN_BUCKETS
+            "vllm:request_params_max_tokens", "The max_tokens request parameter.", tokens
         )
         self.ttft = histogram(
             "vllm:time_to_first_token_seconds",
@@ -188,7 +203,7 @@ class ReplicaMetrics:
         self.prefill_kv_computed = histogram(
             "vllm:request_prefill_kv_computed_tokens",
             "Prefill tokens computed (excluding cached) per request.",
-            TOKEN_BUCKETS,
+            tokens,
         )
         self.cache_config = Gauge(
             "vllm:cache_config_info",

@@ -144,7 +144,8 @@ def load_config(path: Path) -> FleetConfig:
     try:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read {path}: {exc}") from exc
+        reason = " ".join(str(exc).split())  # PyYAML's messages span several lines
+        raise ConfigError(f"cannot read {path}: {reason}") from exc
     try:
         return FleetConfig.model_validate(raw)
     except ValidationError as exc:

@@ -67,7 +67,7 @@ class Replica:
         self.index = index
         self.seed = seed
         self.faults = spec.faults
-        self.metrics = ReplicaMetrics()
+        self.metrics = ReplicaMetrics(max(m.max_model_len for m in spec.models))
         self.engines = {
             profile.name: Engine(profile, self.metrics.for_model(profile), lambda: self.faults)
             for profile in spec.models

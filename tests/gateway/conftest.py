@@ -29,7 +29,7 @@ from gateway.snapshot import (
     Tenant,
 )
 from tests.conftest import ROOT, free_port
-from tests.simfleet.conftest import Fleet, FleetLauncher, model, request, stop
+from tests.simfleet.harness import Fleet, FleetLauncher, model, request, stop
 
 ROUTE = "support-chat"
 ACME_KEY = "tk_acme_0123456789abcdef"

@@ -18,7 +18,7 @@ from tests.gateway.conftest import (
     publish,
     wait_for_version,
 )
-from tests.simfleet.conftest import Fleet, FleetLauncher, metric, model, wait_until
+from tests.simfleet.harness import Fleet, FleetLauncher, metric, model, wait_until
 
 
 async def fire(urls: list[str], count: int, body: dict[str, object]) -> list[int]:

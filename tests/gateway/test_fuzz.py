@@ -23,7 +23,7 @@ from tests.gateway.conftest import (
     publish,
     wait_for_version,
 )
-from tests.simfleet.conftest import Fleet, request
+from tests.simfleet.harness import Fleet, request
 
 
 @pytest.fixture(scope="module")

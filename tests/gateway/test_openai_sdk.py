@@ -18,7 +18,7 @@ from tests.gateway.conftest import (
     publish,
     wait_for_version,
 )
-from tests.simfleet.conftest import Fleet
+from tests.simfleet.harness import Fleet
 
 WEATHER_TOOL: ChatCompletionToolParam = {
     "type": "function",

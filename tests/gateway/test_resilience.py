@@ -20,7 +20,7 @@ from tests.gateway.conftest import (
     publish,
     wait_for_version,
 )
-from tests.simfleet.conftest import Fleet, FleetLauncher, metric, model, request, wait_until
+from tests.simfleet.harness import Fleet, FleetLauncher, metric, model, request, wait_until
 
 SLOW = {"step_base_ms": 20, "decode_per_seq_ms": 0, "prefill_per_token_ms": 0}
 
