@@ -134,7 +134,7 @@ def run_client(
 
 
 def scrape(url: str) -> dict[str, float]:
-    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 -- local URL
+    with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310 -- local URL
         text = response.read().decode()
     values: dict[str, float] = {}
     for line in text.splitlines():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import resource
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", type=Path, help="fleet YAML (overrides the flags below)")
     parser.add_argument("--replicas", type=int, default=2, help="number of replicas (default 2)")
     parser.add_argument("--base-port", type=int, default=9101, help="first port (default 9101)")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default=os.environ.get("SIMFLEET_HOST") or "127.0.0.1")
     parser.add_argument(
         "--profile", choices=sorted(BUILTIN_PROFILES), default="cpu-tiny", help="model profile"
     )

@@ -78,3 +78,13 @@ def test_a_config_that_is_not_yaml_exits_2_with_one_line(tmp_path: Path) -> None
 def test_it_exits_cleanly_on_sigterm(fleets: FleetLauncher) -> None:
     fleet = fleets.start([model("tiny")], replicas=2)
     assert stop(fleet.process) == 0
+
+
+def test_the_documented_example_fleet_is_valid() -> None:
+    from simfleet.profiles import load_config
+
+    config = load_config(ROOT / "deploy" / "simfleet" / "fleet.example.yaml")
+    assert [r.port for r in config.replicas] == [9101, 9102]
+    assert config.replicas[0].models[0].lora_modules == {
+        "support-chat-v2": "/models/support-chat/v2-lora"
+    }
