@@ -182,6 +182,8 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "workers-heartbeat": {"task": "system.heartbeat", "schedule": 10.0},
+    # A safety net: changes publish at once after commit; this repairs a lost announcement.
+    "gateway-publish": {"task": "gateway.publish", "schedule": 30.0},
 }
 
 LOGGING = {

@@ -35,6 +35,8 @@ RUN_DIR = VAR / "run"
 VENV_BIN = ROOT / ".venv" / "bin"
 SECRET_KEY_FILE = VAR / "secret-key"
 METRICS_DIR = RUN_DIR / "prometheus-multiproc"
+# The gateway exports its own metrics on its own port, so its files must not mix with the web's.
+GATEWAY_METRICS_DIR = RUN_DIR / "prometheus-multiproc-gateway"
 PROMETHEUS_DIR = VAR / "prometheus"
 POSTGRES_RECORD = RUN_DIR / "postgres.cluster"
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
@@ -126,6 +128,7 @@ class Managed:
     argv: list[str]
     ready: Callable[[], bool]
     ready_within_s: float = 30.0
+    env: dict[str, str] | None = None  # overrides of the shared environment
 
     @property
     def record(self) -> Path:
@@ -156,7 +159,7 @@ class Managed:
             process = subprocess.Popen(
                 self.argv,
                 cwd=ROOT,
-                env=env,
+                env={**env, **(self.env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -370,6 +373,7 @@ def write_fleet_targets() -> None:
 
 def app_processes() -> list[Managed]:
     web_port = env_port("WEB_PORT", 8000)
+    gateway_port = env_port("GATEWAY_PORT", 8080)
     fleet_ports = simfleet_ports()
     celery = str(VENV_BIN / "celery")
     beat_pidfile = RUN_DIR / "celerybeat.pid"
@@ -387,6 +391,12 @@ def app_processes() -> list[Managed]:
                 str(fleet_ports[0]),
             ],
             ready=lambda: all(http_ok(f"http://127.0.0.1:{p}/health") for p in fleet_ports),
+        ),
+        Managed(
+            "gateway",
+            [str(VENV_BIN / "python"), "-m", "gateway"],
+            ready=lambda: http_ok(f"http://127.0.0.1:{gateway_port}/healthz"),
+            env={"PROMETHEUS_MULTIPROC_DIR": str(GATEWAY_METRICS_DIR)},
         ),
         Managed(
             "web",
@@ -428,10 +438,14 @@ def up() -> None:
     manage("migrate", "--no-input", "-v", "0")
     check_web_port_free()
     processes = app_processes()
-    if all(p.running_pid() is None for p in processes):
-        # Metric files of a previous run would be merged into the new one's numbers.
+    # Metric files of a previous run would be merged into the new one's numbers.
+    running = {p.name for p in processes if p.running_pid() is not None}
+    if not running & {"web", "worker"}:
         shutil.rmtree(METRICS_DIR, ignore_errors=True)
+    if "gateway" not in running:
+        shutil.rmtree(GATEWAY_METRICS_DIR, ignore_errors=True)
     METRICS_DIR.mkdir(parents=True, exist_ok=True)
+    GATEWAY_METRICS_DIR.mkdir(parents=True, exist_ok=True)
     write_fleet_targets()
     env = child_env()
     for process in processes:

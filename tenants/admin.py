@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 
-from tenants.models import ApiToken, Tenant, User
+from tenants.models import ApiKey, ApiToken, Budget, Tenant, User
 
 
 @admin.register(Tenant)
@@ -29,3 +29,22 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     def has_add_permission(self, request: object) -> bool:
         # A token created here would have no secret anyone could see; issue tokens via the API.
         return False
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin[ApiKey]):
+    list_display = ["name", "tenant", "prefix", "can_force_arm", "created_at", "revoked_at"]
+    list_filter = ["tenant", "can_force_arm"]
+    exclude = ["key_hash"]
+    readonly_fields = ["prefix", "created_at", "created_by"]
+    search_fields = ["name", "prefix", "tenant__slug"]
+
+    def has_add_permission(self, request: object) -> bool:
+        # A key made here would have no secret anyone could see; keys are issued by the service.
+        return False
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin[Budget]):
+    list_display = ["tenant", "requests_per_minute", "tokens_per_day", "max_concurrent_requests"]
+    search_fields = ["tenant__slug"]

@@ -86,3 +86,60 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class ApiKey(models.Model):
+    """A tenant's key for the gateway (`Authorization: Bearer tk_…`). Stored as a SHA-256 only;
+    the secret is shown once, at creation."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16)
+    key_hash = models.CharField(max_length=64, unique=True)
+    # Routes the key may use; empty means every route open to its tenant.
+    allowed_routes = ArrayField(models.CharField(max_length=100), default=list, blank=True)
+    # QA keys may pick the canary or baseline arm with the X-Tollgate-Arm header.
+    can_force_arm = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "name"], name="api_key_name_unique_per_tenant"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class Budget(models.Model):
+    """A tenant's limits, enforced by the gateway; an empty field means no limit."""
+
+    class OverMaxOutput(models.TextChoices):
+        CLAMP = "clamp", "Lower max_tokens to the limit"
+        REJECT = "reject", "Refuse the request"
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="budget")
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    input_tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    tokens_per_day = models.PositiveBigIntegerField(null=True, blank=True)
+    tokens_per_month = models.PositiveBigIntegerField(null=True, blank=True)
+    max_concurrent_requests = models.PositiveIntegerField(null=True, blank=True)
+    max_context_tokens = models.PositiveIntegerField(null=True, blank=True)
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    over_max_output = models.CharField(
+        max_length=8, choices=OverMaxOutput.choices, default=OverMaxOutput.CLAMP
+    )
+    default_output_allowance = models.PositiveIntegerField(default=1024)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"budget of {self.tenant}"

@@ -10,9 +10,15 @@ from typing import Any
 from django.conf import settings
 
 from tenants.choices import Role, Scope, Tier
-from tenants.models import ApiToken, Tenant, User
-from tenants.services import api_token_create, tenant_create, user_create
-from tenants.tokens import TOKEN_PREFIX, hash_secret, visible_prefix
+from tenants.models import ApiKey, ApiToken, Tenant, User
+from tenants.services import (
+    api_key_create,
+    api_token_create,
+    budget_set,
+    tenant_create,
+    user_create,
+)
+from tenants.tokens import TENANT_KEY_PREFIX, TOKEN_PREFIX, hash_secret, visible_prefix
 
 DEMO_PASSWORD = "tollgate-demo"  # noqa: S105 -- the published demo password
 
@@ -20,6 +26,25 @@ TENANTS = [
     ("acme", "Acme Support", Tier.CRITICAL),
     ("globex", "Globex Research", Tier.BATCH),
 ]
+# Acme's limits are roomy; Globex's are tight enough to see a 429 from a laptop.
+BUDGETS: dict[str, dict[str, int | str | None]] = {
+    "acme": {
+        "requests_per_minute": 6000,
+        "tokens_per_day": 50_000_000,
+        "max_concurrent_requests": 256,
+        "max_output_tokens": 2048,
+    },
+    "globex": {
+        "requests_per_minute": 60,
+        "input_tokens_per_minute": 20_000,
+        "output_tokens_per_minute": 20_000,
+        "tokens_per_day": 1_000_000,
+        "max_concurrent_requests": 8,
+        "max_output_tokens": 512,
+        "over_max_output": "reject",
+    },
+}
+DEMO_KEY_NAME = "demo"
 PEOPLE = [
     ("release", Role.RELEASE_MANAGER, None),
     ("acme-admin", Role.TENANT_ADMIN, "acme"),
@@ -36,11 +61,11 @@ CI_SCOPES = [
 ]
 
 
-def demo_secret(purpose: str) -> str:
+def demo_secret(purpose: str, prefix: str = TOKEN_PREFIX) -> str:
     """A secret derived from SECRET_KEY, so every seeding run prints the same demo token while
     only its hash is stored. Demo data only: real tokens are random (tenants.tokens.new_secret)."""
     digest = hmac.new(settings.SECRET_KEY.encode(), purpose.encode(), hashlib.sha256).digest()
-    return TOKEN_PREFIX + base64.urlsafe_b64encode(digest).decode().rstrip("=")
+    return prefix + base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 def _ensure_user(username: str, role: Role, tenant: Tenant | None, password: str | None) -> User:
@@ -74,6 +99,17 @@ def _ensure_ci_token(user: User) -> str:
     return secret
 
 
+def _ensure_tenant_key(tenant: Tenant) -> str:
+    secret = demo_secret(f"tenant-key:{tenant.slug}", prefix=TENANT_KEY_PREFIX)
+    key = ApiKey.objects.filter(tenant=tenant, name=DEMO_KEY_NAME).first()
+    if key is None:
+        api_key_create(actor=None, tenant=tenant, name=DEMO_KEY_NAME, secret=secret)
+    elif key.key_hash != hash_secret(secret) or key.revoked_at is not None:
+        key.key_hash, key.prefix, key.revoked_at = hash_secret(secret), visible_prefix(secret), None
+        key.save(update_fields=["key_hash", "prefix", "revoked_at"])
+    return secret
+
+
 def seed() -> dict[str, Any]:
     tenants: dict[str, Tenant] = {}
     for slug, name, tier in TENANTS:
@@ -87,8 +123,13 @@ def seed() -> dict[str, Any]:
             {"username": username, "password": DEMO_PASSWORD, "role": role, "tenant": tenant_slug}
         )
     ci_user = _ensure_user(CI_USER, Role.RELEASE_MANAGER, None, None)
+    keys = {}
+    for slug, tenant in tenants.items():
+        budget_set(actor=None, tenant=tenant, reason="demo seed", **BUDGETS[slug])
+        keys[slug] = _ensure_tenant_key(tenant)
     return {
         "tenants": sorted(tenants),
+        "tenant_api_keys": keys,
         "logins": logins,
         "ci_token": {"username": ci_user.username, "token": _ensure_ci_token(ci_user)},
     }

@@ -8,10 +8,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.audit import audit_record
-from controlplane.errors import Conflict, NotFound
+from controlplane.errors import Conflict, DomainError, NotFound
 from tenants.choices import FailMode, Role, Scope, Tier
-from tenants.models import ApiToken, Tenant, User
-from tenants.tokens import hash_secret, new_secret, visible_prefix
+from tenants.models import ApiKey, ApiToken, Budget, Tenant, User
+from tenants.tokens import TENANT_KEY_PREFIX, hash_secret, new_secret, visible_prefix
 
 
 def tenant_create(
@@ -127,3 +127,112 @@ def api_token_touch(*, token: ApiToken) -> None:
         return
     ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
     token.last_used_at = now
+
+
+# --- gateway keys and budgets ---------------------------------------------------------------------
+
+
+def _publish_gateway_config() -> None:
+    """The gateway learns of the change within a second: publish once the change is committed."""
+    from controlplane.celery import app as celery_app
+
+    # robust: a broker outage must not fail the change; the scheduled publication repairs it.
+    transaction.on_commit(lambda: celery_app.send_task("gateway.publish"), robust=True)
+
+
+def api_key_create(
+    *,
+    actor: User | None,
+    tenant: Tenant,
+    name: str,
+    allowed_routes: list[str] | None = None,
+    can_force_arm: bool = False,
+    expires_at: dt.datetime | None = None,
+    secret: str | None = None,
+) -> tuple[ApiKey, str]:
+    """Issue a gateway key; the secret is returned once and never stored (`secret` is for the
+    demo seed's reproducible keys only)."""
+    secret = secret or new_secret(TENANT_KEY_PREFIX)
+    key = ApiKey(
+        tenant=tenant,
+        name=name,
+        prefix=visible_prefix(secret),
+        key_hash=hash_secret(secret),
+        allowed_routes=sorted(set(allowed_routes or [])),
+        can_force_arm=can_force_arm,
+        expires_at=expires_at,
+        created_by=actor,
+    )
+    key.full_clean(validate_constraints=False)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                key.save()
+        except IntegrityError as exc:
+            raise Conflict(f"tenant {tenant.slug} already has a key named {name!r}") from exc
+        audit_record(
+            actor=actor,
+            action="api_key.created",
+            target=key,
+            tenant=tenant,
+            data={"name": name, "prefix": key.prefix, "can_force_arm": can_force_arm},
+        )
+        _publish_gateway_config()
+    return key, secret
+
+
+def api_key_revoke(*, actor: User | None, key_id: int) -> ApiKey:
+    with transaction.atomic():
+        key = ApiKey.objects.select_for_update().filter(pk=key_id).first()
+        if key is None:
+            raise NotFound(f"API key {key_id} does not exist")
+        if key.revoked_at is not None:
+            return key
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+        audit_record(actor=actor, action="api_key.revoked", target=key, tenant=key.tenant)
+        _publish_gateway_config()
+    return key
+
+
+BUDGET_FIELDS = (
+    "requests_per_minute",
+    "input_tokens_per_minute",
+    "output_tokens_per_minute",
+    "tokens_per_day",
+    "tokens_per_month",
+    "max_concurrent_requests",
+    "max_context_tokens",
+    "max_output_tokens",
+    "over_max_output",
+    "default_output_allowance",
+)
+
+
+def budget_set(
+    *, actor: User | None, tenant: Tenant, reason: str = "", **limits: int | str | None
+) -> Budget:
+    """Set some of a tenant's limits (the others stay); audited with the before and after."""
+    unknown = set(limits) - set(BUDGET_FIELDS)
+    if unknown:
+        raise DomainError(f"unknown budget fields: {', '.join(sorted(unknown))}")
+    with transaction.atomic():
+        budget, _ = Budget.objects.select_for_update().get_or_create(tenant=tenant)
+        before = {name: getattr(budget, name) for name in limits}
+        for name, value in limits.items():
+            setattr(budget, name, value)
+        budget.full_clean()
+        changed = {n: [before[n], v] for n, v in limits.items() if before[n] != v}
+        if not changed:
+            return budget
+        budget.save()
+        audit_record(
+            actor=actor,
+            action="budget.changed",
+            target=budget,
+            tenant=tenant,
+            reason=reason,
+            data={"changes": changed},
+        )
+        _publish_gateway_config()
+    return budget

@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-TOKEN_PREFIX = "tg_"  # noqa: S105 -- a marker, not a secret
+# Markers, not secrets: API tokens for the REST API, tenant keys for the gateway.
+TOKEN_PREFIX = "tg_"  # noqa: S105
+TENANT_KEY_PREFIX = "tk_"
 VISIBLE_PREFIX_LENGTH = 10
 
 

@@ -1,5 +1,5 @@
 """Entry point for Celery's autodiscovery: importing it registers every task module."""
 
-from workers import system
+from workers import gateway, system
 
-__all__ = ["system"]
+__all__ = ["gateway", "system"]

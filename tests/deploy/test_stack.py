@@ -24,6 +24,8 @@ import pytest
 from tests.conftest import ROOT, free_port, wait_for
 
 DATABASE = "tollgate_stack_test"
+# What `up` starts in a stack of its own (Postgres is the machine's and stays up).
+STARTED = ("redis", "prometheus", "simfleet", "gateway", "web", "worker", "beat")
 
 
 def stack(env: dict[str, str], command: str) -> subprocess.CompletedProcess[str]:
@@ -76,6 +78,7 @@ def stack_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "SECRET_KEY": "stack-test-secret-key-0123456789-0123456789",
         "WEB_WORKERS": "1",
         "SIMFLEET_BASE_PORT": str(free_port()),
+        "GATEWAY_PORT": str(free_port()),
         "SIMFLEET_REPLICAS": "1",
     }
     drop_database()
@@ -93,7 +96,7 @@ def test_up_starts_what_is_missing_and_down_stops_exactly_that(
 
     started = stack(stack_env, "up")
     assert started.returncode == 0, started.stdout + started.stderr
-    for name in ("redis", "prometheus", "simfleet", "web", "worker", "beat"):
+    for name in STARTED:
         assert f"{name}: started" in started.stdout
     assert "postgres: already running" in started.stdout
     assert (var / "log" / "web.log").exists()
@@ -107,12 +110,11 @@ def test_up_starts_what_is_missing_and_down_stops_exactly_that(
         lambda: get(f"{prometheus}/api/v1/query?query={query}")[1]["data"]["result"] != [],
         seconds=30,
     )
-    names = ("redis", "prometheus", "simfleet", "web", "worker", "beat")
-    pids = {name: pid_of(var, name) for name in names}
+    pids = {name: pid_of(var, name) for name in STARTED}
 
     again = stack(stack_env, "up")
     assert again.returncode == 0, again.stderr
-    assert again.stdout.count("already running") == 7
+    assert again.stdout.count("already running") == len(STARTED) + 1  # and Postgres
     assert {name: pid_of(var, name) for name in pids} == pids
 
     # Stopping Redis: /readyz names it with a 503 and the web process keeps serving.
@@ -126,8 +128,8 @@ def test_up_starts_what_is_missing_and_down_stops_exactly_that(
 
     stopped = stack(stack_env, "down")
     assert stopped.returncode == 0
-    assert "stopped beat, worker, web, simfleet, prometheus" in stopped.stdout
-    for name in ("prometheus", "simfleet", "web", "worker", "beat"):
+    assert "stopped beat, worker, web, gateway, simfleet, prometheus" in stopped.stdout
+    for name in STARTED[1:]:
         wait_for(lambda name=name: not alive(pids[name]))  # type: ignore[misc]
     with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres") as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,), "down must not stop Postgres"

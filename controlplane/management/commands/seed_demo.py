@@ -5,6 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
+from controlplane.gateway_config import publish_snapshot
 from tenants import seed as tenants_seed
 
 
@@ -20,6 +21,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic():
             tenants = tenants_seed.seed()
+        publish_snapshot()  # at once, rather than when a worker gets to it
         web = settings.PUBLIC_WEB_URL
         result = {
             "urls": {
@@ -33,8 +35,8 @@ class Command(BaseCommand):
             "logins": tenants["logins"],
             "ci_token": tenants["ci_token"],
             "tenants": tenants["tenants"],
-            # Filled in by the gateway and rollout issues: tenant API keys and public routes.
-            "tenant_api_keys": {},
+            "tenant_api_keys": tenants["tenant_api_keys"],
+            # Filled in by the rollouts issue: the public routes.
             "routes": [],
         }
         if options["json"]:
@@ -49,3 +51,6 @@ class Command(BaseCommand):
             self.stdout.write(f"  {login['username']:<13} {login['role']}{tenant}")
         self.stdout.write(f"CI token ({tenants['ci_token']['username']}): ")
         self.stdout.write(f"  {tenants['ci_token']['token']}")
+        self.stdout.write("Gateway keys (Authorization: Bearer …):")
+        for slug, secret in result["tenant_api_keys"].items():
+            self.stdout.write(f"  {slug:<8} {secret}")

@@ -1,0 +1,86 @@
+"""The gateway's configuration snapshot: built from the control plane's rows, published to Redis.
+
+Publication is compare-and-set on the version: the version is drawn from a Redis counter before
+the rows are read, so of two concurrent publications the one that read later also carries the
+higher version, and a stale one can never overwrite a newer one. Publishing is idempotent and
+also runs on a schedule, so a lost announcement is repaired within one period.
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from controlplane.redis import get_redis
+from gateway import snapshot as schema
+from tenants.models import ApiKey, Budget, Tenant
+
+VERSION_KEY = "tollgate:gateway:snapshot:version"
+PUBLISHED_VERSION_KEY = "tollgate:gateway:snapshot:published-version"
+
+PUBLISH_IF_NEWER = """
+if tonumber(ARGV[1]) <= tonumber(redis.call('GET', KEYS[2]) or '0') then return 0 end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1])
+redis.call('PUBLISH', ARGV[3], ARGV[1])
+return 1
+"""
+
+
+def _budget(budget: Budget | None) -> schema.Budget:
+    if budget is None:
+        return schema.Budget()
+    return schema.Budget(
+        requests_per_minute=budget.requests_per_minute,
+        input_tokens_per_minute=budget.input_tokens_per_minute,
+        output_tokens_per_minute=budget.output_tokens_per_minute,
+        tokens_per_day=budget.tokens_per_day,
+        tokens_per_month=budget.tokens_per_month,
+        max_concurrent_requests=budget.max_concurrent_requests,
+        max_context_tokens=budget.max_context_tokens,
+        max_output_tokens=budget.max_output_tokens,
+        over_max_output=budget.over_max_output,  # type: ignore[arg-type]
+        default_output_allowance=budget.default_output_allowance,
+    )
+
+
+def build_snapshot(version: int) -> schema.Snapshot:
+    tenants = {
+        str(t.pk): schema.Tenant(
+            id=str(t.pk),
+            slug=t.slug,
+            tier=t.tier,  # type: ignore[arg-type]
+            fail_mode=t.fail_mode,  # type: ignore[arg-type]
+            budget=_budget(getattr(t, "budget", None)),
+        )
+        for t in Tenant.objects.select_related("budget")
+    }
+    keys = {
+        k.key_hash: schema.ApiKey(
+            id=str(k.pk),
+            tenant_id=str(k.tenant_id),
+            prefix=k.prefix,
+            allowed_routes=tuple(k.allowed_routes),
+            can_force_arm=k.can_force_arm,
+            expires_at=k.expires_at,
+        )
+        for k in ApiKey.objects.filter(revoked_at__isnull=True)
+    }
+    # Routes and deployments come from the rollouts app once it has them.
+    return schema.Snapshot(version=version, generated_at=timezone.now(), tenants=tenants, keys=keys)
+
+
+def publish_snapshot() -> int | None:
+    """Publishes the current configuration; returns its version, or None if a newer one won."""
+    client = get_redis()
+    version = int(client.incr(VERSION_KEY))
+    snapshot = build_snapshot(version)
+    published = client.eval(
+        PUBLISH_IF_NEWER,
+        2,
+        schema.SNAPSHOT_KEY,
+        PUBLISHED_VERSION_KEY,
+        version,
+        snapshot.model_dump_json(),
+        schema.CHANGED_CHANNEL,
+    )
+    return version if int(published) == 1 else None
