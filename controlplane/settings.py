@@ -110,6 +110,10 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# lm-evaluation-harness results files with per-sample configs can run to several megabytes.
+EVAL_UPLOAD_MAX_BYTES = 10 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = EVAL_UPLOAD_MAX_BYTES
+
 AUTH_USER_MODEL = "tenants.User"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -155,6 +159,8 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "controlplane.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    # `?format=` is a filter (artifact format) here, not a renderer switch.
+    "URL_FORMAT_OVERRIDE": None,
 }
 
 SPECTACULAR_SETTINGS = {

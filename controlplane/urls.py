@@ -7,6 +7,7 @@ from controlplane import health, metrics, views
 
 api_v1 = [
     path("", include("tenants.api.urls")),
+    path("registry/", include("registry.api.urls")),
 ]
 
 urlpatterns = [
@@ -17,6 +18,7 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", metrics.metrics_view, name="metrics"),
+    path("registry/", include("registry.urls")),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -48,7 +48,9 @@ class ParsedRun:
 
 
 def _number(value: Any, where: str) -> float | None:
-    """A float, or None for the harness's NaN and "N/A"; anything else is an error."""
+    """A float, or None for the harness's NaN, "N/A" and null; anything else is an error."""
+    if value is None:
+        return None
     if isinstance(value, bool):
         raise EvalFormatError(f"{where}: expected a number, got {value!r}")
     if isinstance(value, int | float):
@@ -88,8 +90,6 @@ def parse_lm_eval(payload: dict[str, Any]) -> ParsedRun:
             metric, filter_name = _split_key(key)
             if key in NON_METRIC_KEYS or metric.endswith(STDERR_SUFFIX):
                 continue
-            if isinstance(raw_value, str) and raw_value.strip().upper() not in {"N/A", "NAN"}:
-                continue  # descriptive strings some tasks add (e.g. a filter's name)
             value = _number(raw_value, f"results.{task}.{key}")
             stderr_key = f"{metric}{STDERR_SUFFIX},{filter_name}"
             raw_stderr = metrics.get(stderr_key)

@@ -255,6 +255,12 @@ def alias_move(
     if not reason.strip():
         raise DomainError("say why the alias moves (reason)")
     with transaction.atomic():
+        # A row lock cannot guard an alias that does not exist yet: two first moves would both
+        # insert. An advisory lock on the alias's name serialises its moves, first or not.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtext(%s))", [f"registry.alias:{family}/{name}"]
+            )
         alias = Alias.objects.select_for_update().filter(family=family, name=name).first()
         previous = alias.artifact if alias is not None else None
         if previous is not None and previous.pk == artifact.pk:

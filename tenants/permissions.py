@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rest_framework.permissions import BasePermission
+from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
 from tenants.models import ApiToken
@@ -20,9 +20,24 @@ class TokenHasScopes(BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
         if not isinstance(request.auth, ApiToken):
             return True
-        required = set(getattr(view, "required_scopes", ()))
+        by_method = getattr(view, "required_scopes_by_method", None)
+        if by_method is not None:
+            required = set(by_method.get(request.method or "", ()))
+        else:
+            required = set(getattr(view, "required_scopes", ()))
         missing = required - set(request.auth.scopes)
         if missing:
             self.message = "This API token lacks the scope(s): " + ", ".join(sorted(missing))
             return False
         return True
+
+
+class ReleaseManagerWrites(BasePermission):
+    """Everyone signed in may read; only release managers (and their tokens) may write."""
+
+    message = "Only release managers may change this."
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if request.method in SAFE_METHODS:
+            return True
+        return bool(getattr(request.user, "is_release_manager", False))
