@@ -1,0 +1,144 @@
+"""Shedding at peak, deadlines, and the per-request limits of a tenant's budget."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+from urllib.parse import urlsplit
+
+import aiohttp
+import orjson
+
+from gateway.snapshot import Budget, Deployment
+from tests.gateway.conftest import (
+    ACME_KEY,
+    GLOBEX_KEY,
+    GatewayLauncher,
+    GatewayProcess,
+    auth,
+    chat_body,
+    make_snapshot,
+    publish,
+    wait_for_version,
+)
+from tests.simfleet.harness import Fleet, FleetLauncher, model, request
+
+
+def post(
+    gateway: GatewayProcess, body: dict[str, object], key: str = ACME_KEY
+) -> tuple[int, dict[str, object], dict[str, str]]:
+    parts = urlsplit(gateway.url)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=20)
+    try:
+        connection.request(
+            "POST",
+            "/v1/chat/completions",
+            body=orjson.dumps(body),
+            headers={"content-type": "application/json", **auth(key)},
+        )
+        response = connection.getresponse()
+        return response.status, orjson.loads(response.read()), dict(response.getheaders())
+    finally:
+        connection.close()
+
+
+def test_lower_tiers_are_shed_first_when_a_deployment_is_saturated(
+    gateways: GatewayLauncher, fleet: Fleet, redis_url: str
+) -> None:
+    gateway = gateways.start(redis_url=redis_url)
+    snapshot = make_snapshot(fleet.urls[:1])
+    # The control plane saw the deployment's KV cache 97% full (over its 95% threshold).
+    base = snapshot.deployments["base"]
+    saturated = base.model_copy(update={"kv_cache_usage": 0.97})
+    tenants = {
+        "acme": snapshot.tenants["acme"].model_copy(update={"tier": "critical"}),
+        "globex": snapshot.tenants["globex"].model_copy(update={"tier": "batch"}),
+    }
+    snapshot = snapshot.model_copy(update={"deployments": {"base": saturated}, "tenants": tenants})
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+
+    status, body, headers = post(gateway, chat_body(), key=GLOBEX_KEY)
+    assert status == 503
+    assert headers["retry-after"] == "2"
+    assert "batch-tier traffic is shed first" in str(body)
+    assert post(gateway, chat_body(), key=ACME_KEY)[0] == 200  # the top tier still passes
+
+
+def test_standard_tier_is_shed_only_past_the_headroom(
+    gateways: GatewayLauncher, fleet: Fleet, redis_url: str
+) -> None:
+    gateway = gateways.start(redis_url=redis_url)
+    snapshot = make_snapshot(fleet.urls[:1])
+    tenants = {
+        "acme": snapshot.tenants["acme"].model_copy(update={"tier": "standard"}),
+        "globex": snapshot.tenants["globex"].model_copy(update={"tier": "batch"}),
+    }
+    deployment: Deployment = snapshot.deployments["base"].model_copy(
+        update={"waiting_requests": 70, "max_waiting_requests": 64}
+    )
+    snapshot = snapshot.model_copy(update={"deployments": {"base": deployment}, "tenants": tenants})
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    assert post(gateway, chat_body(), key=GLOBEX_KEY)[0] == 503  # batch: at 1.0x
+    assert post(gateway, chat_body(), key=ACME_KEY)[0] == 200  # standard: 1.09x < 1.25x
+
+
+def test_a_model_that_never_answers_is_cut_at_the_first_token_deadline(
+    gateways: GatewayLauncher, fleets: FleetLauncher, redis_url: str
+) -> None:
+    hung = fleets.start([model()], faults={"hang_rate": 1.0})
+    gateway = gateways.start(redis_url=redis_url, GATEWAY_FIRST_TOKEN_TIMEOUT_S="0.5")
+    snapshot = make_snapshot(hung.urls)
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    status, body, _ = post(gateway, chat_body())
+    assert status == 504
+    assert body["error"]["code"] == "first_token_timeout"  # type: ignore[index]
+    # And the replica is told: the hung request no longer runs there.
+    assert request("GET", f"{hung.url}/admin/state").json()["engines"]["tiny"]["running"] == 0
+
+
+def test_max_output_tokens_clamps_or_rejects_as_the_tenant_chose(
+    gateways: GatewayLauncher, fleet: Fleet, redis_url: str
+) -> None:
+    gateway = gateways.start(redis_url=redis_url)
+    snapshot = make_snapshot(
+        fleet.urls[:1],
+        acme_budget=Budget(max_output_tokens=3, max_context_tokens=50),
+    )
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    status, body, _ = post(gateway, chat_body(max_tokens=100, ignore_eos=True))
+    assert status == 200
+    assert body["usage"]["completion_tokens"] == 3  # type: ignore[index]
+    long_prompt = chat_body(messages=[{"role": "user", "content": "word " * 400}])
+    status, body, _ = post(gateway, long_prompt)
+    assert status == 400
+    assert body["error"]["code"] == "context_length_exceeded"  # type: ignore[index]
+
+
+def test_the_concurrency_limit_refuses_the_request_over_it(
+    gateways: GatewayLauncher, fleets: FleetLauncher, redis_url: str
+) -> None:
+    slow = fleets.start(
+        [model(speed={"step_base_ms": 20, "decode_per_seq_ms": 0, "prefill_per_token_ms": 0})]
+    )
+    gateway = gateways.start(redis_url=redis_url)
+    snapshot = make_snapshot(slow.urls, acme_budget=Budget(max_concurrent_requests=2))
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+
+    async def three_at_once() -> list[int]:
+        async with aiohttp.ClientSession() as session:
+
+            async def one() -> int:
+                body = chat_body(max_tokens=20, ignore_eos=True)
+                url = gateway.url + "/v1/chat/completions"
+                async with session.post(url, json=body, headers=auth(ACME_KEY)) as response:
+                    await response.read()
+                    return response.status
+
+            return list(await asyncio.gather(one(), one(), one()))
+
+    assert sorted(asyncio.run(three_at_once())) == [200, 200, 429]
