@@ -142,3 +142,45 @@ def test_the_concurrency_limit_refuses_the_request_over_it(
             return list(await asyncio.gather(one(), one(), one()))
 
     assert sorted(asyncio.run(three_at_once())) == [200, 200, 429]
+
+
+def test_sigterm_lets_a_running_stream_finish_and_refuses_new_requests(
+    gateways: GatewayLauncher, fleets: FleetLauncher, redis_url: str
+) -> None:
+    slow = fleets.start(
+        [model(speed={"step_base_ms": 20, "decode_per_seq_ms": 0, "prefill_per_token_ms": 0})]
+    )
+    gateway = gateways.start(redis_url=redis_url)
+    snapshot = make_snapshot(slow.urls)
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+
+    async def refused() -> bool:
+        try:
+            async with aiohttp.ClientSession() as other:
+                await other.get(gateway.url + "/healthz")
+        except aiohttp.ClientConnectionError:
+            return True
+        return False
+
+    async def stream_through_shutdown() -> tuple[int, bool, bool]:
+        async with aiohttp.ClientSession() as session:
+            body = chat_body(max_tokens=50, stream=True, ignore_eos=True)
+            url = gateway.url + "/v1/chat/completions"
+            async with session.post(url, json=body, headers=auth(ACME_KEY)) as response:
+                tokens, done, new_refused = 0, False, False
+                async for line in response.content:
+                    if b'"content":" ' in line:
+                        tokens += 1
+                        if tokens == 5:
+                            gateway.process.terminate()  # SIGTERM mid-answer
+                        if tokens == 15:
+                            new_refused = await refused()
+                    done = done or line.startswith(b"data: [DONE]")
+                return tokens, done, new_refused
+
+    tokens, done, new_refused = asyncio.run(stream_through_shutdown())
+    assert (tokens, done) == (50, True)
+    assert new_refused
+    # uvicorn exits by re-raising the signal once the drain is over.
+    assert gateway.process.wait(timeout=10) == -15
