@@ -12,6 +12,8 @@ from django.utils import timezone
 
 from controlplane.redis import get_redis
 from gateway import snapshot as schema
+from rollouts.choices import ReplicaState
+from rollouts.models import Deployment, Route
 from tenants.models import ApiKey, Budget, Tenant
 
 VERSION_KEY = "tollgate:gateway:snapshot:version"
@@ -65,8 +67,52 @@ def build_snapshot(version: int) -> schema.Snapshot:
         )
         for k in ApiKey.objects.filter(revoked_at__isnull=True)
     }
-    # Routes and deployments come from the rollouts app once it has them.
-    return schema.Snapshot(version=version, generated_at=timezone.now(), tenants=tenants, keys=keys)
+    routes: dict[str, schema.Route] = {}
+    deployments: dict[str, schema.Deployment] = {}
+    for route in Route.objects.select_related("baseline__fleet", "canary__fleet").prefetch_related(
+        "tenants", "baseline__fleet__replicas", "canary__fleet__replicas"
+    ):
+        arms = [_arm("baseline", route.baseline, 100.0 - route.canary_weight, deployments)]
+        if route.canary is not None:
+            arms.append(_arm("canary", route.canary, route.canary_weight, deployments))
+        routes[route.name] = schema.Route(
+            name=route.name,
+            arms=tuple(arms),
+            stickiness=route.stickiness,  # type: ignore[arg-type]
+            salt=route.salt,
+            tenant_ids=tuple(str(t.pk) for t in route.tenants.all()),
+        )
+    return schema.Snapshot(
+        version=version,
+        generated_at=timezone.now(),
+        tenants=tenants,
+        keys=keys,
+        routes=routes,
+        deployments=deployments,
+    )
+
+
+def _arm(
+    name: str, deployment: Deployment, weight: float, deployments: dict[str, schema.Deployment]
+) -> schema.Arm:
+    key = str(deployment.pk)
+    if key not in deployments:
+        replicas = tuple(
+            schema.Replica(
+                id=f"{deployment.fleet.name}/{r.name}", base_url=r.base_url, healthy=r.healthy
+            )
+            for r in deployment.fleet.replicas.all()
+            if r.state == ReplicaState.ACTIVE
+        )
+        deployments[key] = schema.Deployment(
+            id=key,
+            served_model_name=deployment.served_model_name,
+            replicas=replicas,
+            kv_cache_usage=deployment.kv_cache_usage,
+            waiting_requests=deployment.waiting_requests,
+            max_in_flight_per_replica=deployment.max_in_flight_per_replica,
+        )
+    return schema.Arm(name=name, deployment_id=key, weight=weight)  # type: ignore[arg-type]
 
 
 def publish_snapshot() -> int | None:

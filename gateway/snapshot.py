@@ -67,7 +67,8 @@ class Deployment(Frozen):
     id: str
     # The model name the replicas serve (a base model or a LoRA adapter name).
     served_model_name: str
-    replicas: tuple[Replica, ...] = Field(min_length=1)
+    # Empty when every replica is draining or disabled: requests then get a clear 502.
+    replicas: tuple[Replica, ...] = ()
     # Saturation seen by the control plane (from Prometheus): lower tiers are shed above these.
     kv_cache_usage: float = 0.0
     waiting_requests: NonNegative = 0

@@ -306,7 +306,13 @@ def gates_set(*, actor: User | None, family: str, gates: list[GateSpec]) -> list
         if gate.max_regression is not None and gate.max_regression < 0:
             raise DomainError(f"gate {gate.task}/{gate.metric}: max_regression must be >= 0")
     with transaction.atomic():
-        PromotionGate.objects.filter(family=family).delete()
+        current = PromotionGate.objects.select_for_update().filter(family=family)
+        as_specs = {
+            GateSpec(g.task, g.metric, g.filter, g.min_value, g.max_regression) for g in current
+        }
+        if as_specs == set(gates) and len(gates) == len(as_specs):
+            return list(current)  # the same bar: nothing changes, nothing to audit
+        current.delete()
         rows = PromotionGate.objects.bulk_create(
             PromotionGate(family=family, **gate.__dict__) for gate in gates
         )

@@ -6,6 +6,8 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
 from controlplane.gateway_config import publish_snapshot
+from registry import seed as registry_seed
+from rollouts import seed as rollouts_seed
 from tenants import seed as tenants_seed
 
 
@@ -21,6 +23,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         with transaction.atomic():
             tenants = tenants_seed.seed()
+            registry = registry_seed.seed()
+            rollouts = rollouts_seed.seed()
         publish_snapshot()  # at once, rather than when a worker gets to it
         web = settings.PUBLIC_WEB_URL
         result = {
@@ -36,8 +40,8 @@ class Command(BaseCommand):
             "ci_token": tenants["ci_token"],
             "tenants": tenants["tenants"],
             "tenant_api_keys": tenants["tenant_api_keys"],
-            # Filled in by the rollouts issue: the public routes.
-            "routes": [],
+            "routes": rollouts["routes"],
+            "models": registry,
         }
         if options["json"]:
             self.stdout.write(json.dumps(result, indent=2))
@@ -51,6 +55,7 @@ class Command(BaseCommand):
             self.stdout.write(f"  {login['username']:<13} {login['role']}{tenant}")
         self.stdout.write(f"CI token ({tenants['ci_token']['username']}): ")
         self.stdout.write(f"  {tenants['ci_token']['token']}")
+        self.stdout.write(f"Routes: {', '.join(result['routes'])} (model names for the gateway)")
         self.stdout.write("Gateway keys (Authorization: Bearer …):")
         for slug, secret in result["tenant_api_keys"].items():
             self.stdout.write(f"  {slug:<8} {secret}")

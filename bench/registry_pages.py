@@ -1,0 +1,193 @@
+"""Registry pages and API calls at scale: server time at p50/p95 and query counts.
+
+    .venv/bin/python bench/registry_pages.py [--artifacts 10000] [--requests 200]
+
+Builds a registry of its own in a separate database (`tollgate_bench`, created and dropped here):
+10,000 artifacts in 100 families, 30,000 lineage edges (each artifact derives from up to three
+earlier ones, plus a 60-generation chain), 200,000 eval scores and production aliases. Then it
+times, in-process with Django's test client (server time: middleware, view, queries, template),
+the artifact list page and API (page 1, a filtered page, a search), the artifact page and its API
+calls (detail, lineage, eval comparison), and a 50-generation lineage walk, and prints p50/p95
+next to the 100 ms target with each call's query count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DATABASE = "tollgate_bench"
+os.environ["DATABASE_URL"] = f"postgres://postgres@127.0.0.1:5432/{DATABASE}"
+os.environ.setdefault("SECRET_KEY", "bench-secret-key-0123456789-0123456789-0123456789")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+os.environ["LOG_LEVEL"] = "WARNING"
+
+import django  # noqa: E402
+import psycopg  # noqa: E402
+
+
+def reset_database() -> None:
+    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+
+def build(artifact_count: int) -> dict[str, object]:
+    from django.core.management import call_command
+    from django.db import connection
+
+    from registry.models import (
+        Alias,
+        EvalRun,
+        EvalScore,
+        LineageEdge,
+        ModelArtifact,
+    )
+
+    call_command("migrate", verbosity=0)
+    rng = random.Random(7)
+    families = [f"family-{i:03d}" for i in range(100)]
+    formats = ["safetensors", "gguf", "lora_adapter"]
+    artifacts = ModelArtifact.objects.bulk_create(
+        ModelArtifact(
+            family=families[i % len(families)],
+            version=f"v{i // len(families)}",
+            uri=f"s3://models/{families[i % len(families)]}/v{i // len(families)}",
+            digest=f"{i:064x}",
+            format=formats[i % 3],
+        )
+        for i in range(artifact_count)
+    )
+    edges: list[LineageEdge] = []
+    relations = ["finetune", "adapter", "quantized", "merge", "distilled"]
+    chain = artifacts[:61]
+    for parent, child in zip(chain, chain[1:], strict=False):
+        edges.append(LineageEdge(child=child, parent=parent, relation="finetune"))
+    seen = {(e.child_id, e.parent_id) for e in edges}
+    for index in range(61, artifact_count):
+        for _ in range(3):
+            parent = artifacts[rng.randrange(max(1, index - 500), index)]
+            key = (artifacts[index].pk, parent.pk)
+            if key not in seen:
+                seen.add(key)
+                edges.append(
+                    LineageEdge(child=artifacts[index], parent=parent, relation=rng.choice(relations))  # noqa: E501
+                )
+    LineageEdge.objects.bulk_create(edges, batch_size=5000)
+    runs = EvalRun.objects.bulk_create(
+        EvalRun(artifact=a, source="lm_eval", suite="lm-evaluation-harness") for a in artifacts
+    )
+    tasks = [f"task_{t:02d}" for t in range(20)]
+    EvalScore.objects.bulk_create(
+        (
+            EvalScore(
+                run=run,
+                task=task,
+                metric="acc",
+                value=rng.random(),
+                stderr=0.01,
+                higher_is_better=True,
+            )
+            for run in runs
+            for task in tasks
+        ),
+        batch_size=10_000,
+    )
+    Alias.objects.bulk_create(
+        Alias(family=f, name="production", artifact=artifacts[i]) for i, f in enumerate(families)
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")  # fresh statistics, as autovacuum would have by now
+    return {
+        "artifacts": ModelArtifact.objects.count(),
+        "edges": LineageEdge.objects.count(),
+        "scores": EvalScore.objects.count(),
+        "deep": chain[60],
+        "sample": artifacts[artifact_count // 2],
+    }
+
+
+def measure(client: object, url: str, requests: int) -> tuple[float, float, int]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    get = client.get  # type: ignore[attr-defined]
+    assert get(url).status_code == 200, url  # warm up caches and check the URL
+    timings = []
+    for _ in range(requests):
+        started = time.perf_counter()
+        response = get(url)
+        timings.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        get(url)
+    timings.sort()
+    return statistics.median(timings), timings[int(len(timings) * 0.95) - 1], len(queries)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--artifacts", type=int, default=10_000)
+    parser.add_argument("--requests", type=int, default=200)
+    args = parser.parse_args()
+    reset_database()
+    django.setup()
+    from django.conf import settings
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from registry.selectors import lineage
+    from tenants.choices import Role
+    from tenants.models import User
+
+    settings.ALLOWED_HOSTS = ["testserver"]
+    started = time.perf_counter()
+    data = build(args.artifacts)
+    print(
+        f"built {data['artifacts']} artifacts, {data['edges']} lineage edges, "
+        f"{data['scores']} eval scores in {time.perf_counter() - started:.0f} s"
+    )
+    user = User.objects.create(username="bench", role=Role.VIEWER)
+    client = Client()
+    client.force_login(user)
+    sample = data["sample"]
+    path = f"{sample.family}/{sample.version}"  # type: ignore[attr-defined]
+    calls = [
+        ("list page", "/registry/"),
+        ("list page, filtered", "/registry/?family=family-042&format=gguf"),
+        ("list page, search", "/registry/?q=v42"),
+        ("artifact page", f"/registry/{path}/"),
+        ("API list", "/api/v1/registry/artifacts"),
+        ("API list, filtered", "/api/v1/registry/artifacts?family=family-042&alias=production"),
+        ("API detail", f"/api/v1/registry/artifacts/{path}"),
+        ("API lineage", f"/api/v1/registry/artifacts/{path}/lineage"),
+        ("API eval comparison", f"/api/v1/registry/artifacts/{path}/evals"),
+    ]
+    print(f"{'call':<24} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}  target p95 < 100 ms")
+    for name, url in calls:
+        p50, p95, queries = measure(client, url, args.requests)
+        verdict = "ok" if p95 < 100 else "OVER"
+        print(f"{name:<24} {p50:8.1f} {p95:8.1f} {queries:8d}  {verdict}")
+    with CaptureQueriesContext(connection) as queries:
+        walk = lineage(data["deep"], max_depth=50)  # type: ignore[arg-type]
+    depth = max(e.depth for e in walk.ancestors)
+    walks = [q for q in queries.captured_queries if "RECURSIVE" in q["sql"]]
+    print(
+        f"lineage walk {depth} generations deep: {len(walks)} recursive query per direction "
+        f"({len(queries)} queries in all, rows included)"
+    )
+    connection.close()
+    with psycopg.connect("postgres://postgres@127.0.0.1:5432/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+from registry.models import ModelArtifact
+from rollouts.choices import DeploymentKind, DeploymentState, Provider, ReplicaState, Stickiness
+from tenants.models import Tenant
+
+
+class Fleet(models.Model):
+    """A pool of identical vLLM servers (or simfleet replicas) and what an hour of it costs."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    provider = models.CharField(max_length=16, choices=Provider.choices, default=Provider.STATIC)
+    gpu_type = models.CharField(max_length=100, blank=True)
+    gpus_per_replica = models.PositiveSmallIntegerField(default=1)
+    dollars_per_gpu_hour = models.DecimalField(max_digits=8, decimal_places=4, default=Decimal("0"))
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Replica(models.Model):
+    fleet = models.ForeignKey(Fleet, on_delete=models.CASCADE, related_name="replicas")
+    name = models.SlugField(max_length=100)
+    base_url = models.URLField(max_length=500)
+    state = models.CharField(max_length=16, choices=ReplicaState.choices, default="active")
+    # Set by the health probe (a real inference), not by hand.
+    healthy = models.BooleanField(default=True)
+    last_probe_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["fleet", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["fleet", "name"], name="replica_name_per_fleet"),
+            models.UniqueConstraint(fields=["fleet", "base_url"], name="replica_url_per_fleet"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.fleet}/{self.name}"
+
+
+class Deployment(models.Model):
+    """An artifact served on a fleet under a served-model name."""
+
+    artifact = models.ForeignKey(
+        ModelArtifact, on_delete=models.PROTECT, related_name="deployments"
+    )
+    fleet = models.ForeignKey(Fleet, on_delete=models.PROTECT, related_name="deployments")
+    served_model_name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=8, choices=DeploymentKind.choices, default="full")
+    state = models.CharField(max_length=16, choices=DeploymentState.choices, default="pending")
+    # Saturation as last read from Prometheus; the gateway sheds lower tiers above the limits.
+    kv_cache_usage = models.FloatField(default=0.0)
+    waiting_requests = models.PositiveIntegerField(default=0)
+    max_in_flight_per_replica = models.PositiveIntegerField(default=256)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["fleet", "served_model_name"],
+                condition=~models.Q(state__in=["retired", "failed"]),
+                name="one_live_deployment_per_served_name",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.artifact} on {self.fleet} as {self.served_model_name}"
+
+
+class Route(models.Model):
+    """The model name clients ask for, split between a baseline and (during a rollout) a
+    canary deployment."""
+
+    name = models.CharField(max_length=100, unique=True)
+    baseline = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="+")
+    canary = models.ForeignKey(
+        Deployment, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    canary_weight = models.FloatField(
+        default=0.0, validators=[MinValueValidator(0.0), MaxValueValidator(100.0)]
+    )
+    stickiness = models.CharField(max_length=8, choices=Stickiness.choices, default="user")
+    # Changes with every rollout, so each draws its own canary cohort.
+    salt = models.CharField(max_length=64, blank=True)
+    # Tenants that may use the route; none means every tenant.
+    tenants = models.ManyToManyField(Tenant, blank=True, related_name="routes")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

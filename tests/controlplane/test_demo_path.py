@@ -1,0 +1,65 @@
+"""The demo's main path: seeded data, published to a real gateway, answered by simfleet."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from django.core.management import call_command
+from pytest_django.fixtures import Settings
+
+from tests.conftest import ROOT, free_port
+from tests.gateway.conftest import GatewayLauncher, wait_for_version
+from tests.simfleet.harness import healthy, stop, wait_until
+
+
+@pytest.fixture
+def demo_fleet(settings: Settings, tmp_path: Path) -> Iterator[int]:
+    base = free_port()
+    settings.SIMFLEET_BASE_PORT = base
+    with (tmp_path / "simfleet.log").open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "simfleet", "--replicas", "2", "--base-port", str(base)],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    wait_until(lambda: all(healthy(f"http://127.0.0.1:{base + i}") for i in range(2)), 15)
+    yield base
+    stop(process)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_seeded_demo_answers_through_the_gateway(
+    demo_fleet: int, tmp_path: Path, redis_client: object
+) -> None:
+    launcher = GatewayLauncher(tmp_path)
+    try:
+        gateway = launcher.start(redis_url=os.environ["REDIS_URL"])
+        out = io.StringIO()
+        call_command("seed_demo", "--json", stdout=out)
+        demo = json.loads(out.getvalue())
+        published = json.loads(redis_client.get("tollgate:gateway:snapshot"))  # type: ignore[attr-defined]
+        wait_for_version(gateway, published["version"])
+
+        with openai.OpenAI(
+            base_url=f"{gateway.url}/v1", api_key=demo["tenant_api_keys"]["acme"], max_retries=0
+        ) as client:
+            assert [m.id for m in client.models.list()] == demo["routes"]
+            answer = client.chat.completions.create(
+                model=demo["routes"][0],
+                messages=[{"role": "user", "content": "Where is my order?"}],
+                max_tokens=8,
+            )
+        assert answer.choices[0].message.content
+        assert answer.usage is not None
+        assert answer.usage.completion_tokens > 0
+    finally:
+        launcher.stop_all()
