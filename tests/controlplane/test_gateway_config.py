@@ -107,3 +107,39 @@ def test_a_running_gateway_follows_key_changes(
     wait_until(lambda: models_status() == 401, seconds=5)
     assert time.monotonic() - started < 1.5  # pub/sub, not the polling fallback
     assert request("GET", f"{gateway.url}/readyz").status == 200
+
+
+def test_routes_are_published_with_their_arms_and_active_replicas(
+    tenant_a: Tenant, redis_client: redis.Redis
+) -> None:
+    from rollouts.models import Deployment, Fleet, Replica, Route
+    from tests.registry.factories import register
+
+    fleet = Fleet.objects.create(name="gpu-a")
+    Replica.objects.create(fleet=fleet, name="r0", base_url="http://10.0.0.1:8000")
+    Replica.objects.create(fleet=fleet, name="r1", base_url="http://10.0.0.2:8000", healthy=False)
+    Replica.objects.create(
+        fleet=fleet, name="r2", base_url="http://10.0.0.3:8000", state="draining"
+    )
+    baseline = Deployment.objects.create(
+        artifact=register(version="v1"), fleet=fleet, served_model_name="chat-v1"
+    )
+    canary = Deployment.objects.create(
+        artifact=register(version="v2"), fleet=fleet, served_model_name="chat-v2"
+    )
+    route = Route.objects.create(
+        name="chat", baseline=baseline, canary=canary, canary_weight=25, salt="r7"
+    )
+    route.tenants.add(tenant_a)
+    publish_snapshot()
+    snapshot = published(redis_client)
+    chat = snapshot.routes["chat"]
+    assert [(a.name, a.weight) for a in chat.arms] == [("baseline", 75.0), ("canary", 25.0)]
+    assert chat.tenant_ids == (str(tenant_a.pk),)
+    assert chat.salt == "r7"
+    deployment = snapshot.deployments[str(canary.pk)]
+    assert deployment.served_model_name == "chat-v2"
+    assert [(r.id, r.healthy) for r in deployment.replicas] == [
+        ("gpu-a/r0", True),
+        ("gpu-a/r1", False),
+    ]
