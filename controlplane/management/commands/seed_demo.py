@@ -59,3 +59,11 @@ class Command(BaseCommand):
         self.stdout.write("Gateway keys (Authorization: Bearer …):")
         for slug, secret in result["tenant_api_keys"].items():
             self.stdout.write(f"  {slug:<8} {secret}")
+        key = result["tenant_api_keys"]["acme"]
+        self.stdout.write("Try it:")
+        self.stdout.write(
+            f"  curl {settings.PUBLIC_GATEWAY_URL}/v1/chat/completions "
+            f"-H 'Authorization: Bearer {key}' -H 'content-type: application/json' "
+            f"""-d '{{"model": "{result["routes"][0]}", "messages": """
+            """[{"role": "user", "content": "hi"}]}'"""
+        )
