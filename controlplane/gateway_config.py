@@ -107,6 +107,7 @@ def _arm(
         deployments[key] = schema.Deployment(
             id=key,
             served_model_name=deployment.served_model_name,
+            max_model_len=deployment.max_model_len,
             replicas=replicas,
             kv_cache_usage=deployment.kv_cache_usage,
             waiting_requests=deployment.waiting_requests,

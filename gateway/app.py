@@ -280,8 +280,14 @@ class GatewayApp:
                 param="messages" if chat else "prompt",
                 code="context_length_exceeded",
             )
+        arm = self._choose_arm(scope, key, tenant, route, payload)
+        deployment = snapshot.deployments[arm.deployment_id]
         asked = requested_max_tokens(payload)
         allowance = asked if asked is not None else budget.default_output_allowance
+        if asked is None and deployment.max_model_len is not None:
+            # Unasked, the allowance must still fit the model's context beside the prompt, or
+            # the replica refuses a request the client never gave a max_tokens for.
+            allowance = max(1, min(allowance, deployment.max_model_len - prompt))
         if budget.max_output_tokens is not None and allowance > budget.max_output_tokens:
             if asked is not None and budget.over_max_output == "reject":
                 raise bad_request(
@@ -290,8 +296,6 @@ class GatewayApp:
                     param="max_tokens",
                 )
             allowance = budget.max_output_tokens
-        arm = self._choose_arm(scope, key, tenant, route, payload)
-        deployment = snapshot.deployments[arm.deployment_id]
         options = payload.get("stream_options") or {}
         return Call(
             request_id=uuid.uuid4().hex,

@@ -67,6 +67,9 @@ class Deployment(Frozen):
     id: str
     # The model name the replicas serve (a base model or a LoRA adapter name).
     served_model_name: str
+    # The replicas' context length, when known: caps the output allowance of requests that name
+    # no max_tokens.
+    max_model_len: Annotated[int, Field(ge=1)] | None = None
     # Empty when every replica is draining or disabled: requests then get a clear 502.
     replicas: tuple[Replica, ...] = ()
     # Saturation seen by the control plane (from Prometheus): lower tiers are shed above these.

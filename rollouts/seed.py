@@ -39,7 +39,11 @@ def seed() -> dict[str, Any]:
     if deployment is None:
         # The simfleet replicas that `make up` starts serve the model name "tiny".
         deployment = Deployment.objects.create(
-            artifact=production, fleet=fleet, served_model_name="tiny", state="ready"
+            artifact=production,
+            fleet=fleet,
+            served_model_name="tiny",
+            max_model_len=1024,  # simfleet's cpu-tiny profile
+            state="ready",
         )
     Route.objects.get_or_create(name=ROUTE, defaults={"baseline": deployment, "salt": "demo"})
     return {"routes": [ROUTE], "fleet": FLEET}

@@ -184,3 +184,18 @@ def test_sigterm_lets_a_running_stream_finish_and_refuses_new_requests(
     assert new_refused
     # uvicorn exits by re-raising the signal once the drain is over.
     assert gateway.process.wait(timeout=10) == -15
+
+
+def test_an_unasked_allowance_is_fitted_to_the_models_context(
+    gateways: GatewayLauncher, fleet: Fleet, redis_url: str
+) -> None:
+    gateway = gateways.start(redis_url=redis_url)
+    snapshot = make_snapshot(fleet.urls[:1], acme_budget=Budget(default_output_allowance=5000))
+    sized = snapshot.deployments["base"].model_copy(update={"max_model_len": 1024})
+    snapshot = snapshot.model_copy(update={"deployments": {"base": sized}})
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    body = chat_body()
+    del body["max_tokens"]
+    status, answer, _ = post(gateway, body)
+    assert status == 200, answer
