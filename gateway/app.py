@@ -286,8 +286,10 @@ class GatewayApp:
         allowance = asked if asked is not None else budget.default_output_allowance
         if asked is None and deployment.max_model_len is not None:
             # Unasked, the allowance must still fit the model's context beside the prompt, or
-            # the replica refuses a request the client never gave a max_tokens for.
-            allowance = max(1, min(allowance, deployment.max_model_len - prompt))
+            # the replica refuses a request the client never gave a max_tokens for. The prompt
+            # count is an estimate (the replica's tokenizer decides), hence the margin.
+            margin = max(16, prompt // 4)
+            allowance = max(1, min(allowance, deployment.max_model_len - prompt - margin))
         if budget.max_output_tokens is not None and allowance > budget.max_output_tokens:
             if asked is not None and budget.over_max_output == "reject":
                 raise bad_request(
