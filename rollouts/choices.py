@@ -32,3 +32,21 @@ class Stickiness(models.TextChoices):
     USER = "user", "The request's user field"
     SESSION = "session", "The X-Session-Id header"
     TENANT = "tenant", "The tenant"
+
+
+class RolloutState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    PREFLIGHT = "preflight", "Preflight"
+    RUNNING = "running", "Running"
+    PAUSED = "paused", "Paused"
+    PROMOTED = "promoted", "Promoted"
+    ROLLED_BACK = "rolled_back", "Rolled back"
+    ABORTED = "aborted", "Aborted"
+    FAILED = "failed", "Failed"
+
+
+# Named groups, so code asks "is it live?" rather than listing states.
+LIVE_STATES = frozenset({RolloutState.PREFLIGHT, RolloutState.RUNNING, RolloutState.PAUSED})
+TERMINAL_STATES = frozenset(
+    {RolloutState.PROMOTED, RolloutState.ROLLED_BACK, RolloutState.ABORTED, RolloutState.FAILED}
+)

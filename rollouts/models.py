@@ -6,8 +6,16 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from registry.models import ModelArtifact
-from rollouts.choices import DeploymentKind, DeploymentState, Provider, ReplicaState, Stickiness
-from tenants.models import Tenant
+from rollouts.choices import (
+    DeploymentKind,
+    DeploymentState,
+    Provider,
+    ReplicaState,
+    RolloutState,
+    Stickiness,
+)
+from rollouts.plans import Plan, SloGates
+from tenants.models import Tenant, User
 
 
 class Fleet(models.Model):
@@ -103,3 +111,73 @@ class Route(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Rollout(models.Model):
+    """A candidate deployment walked through the plan's steps on a route."""
+
+    route = models.ForeignKey(Route, on_delete=models.PROTECT, related_name="rollouts")
+    baseline = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="+")
+    candidate = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="+")
+    plan = models.JSONField()  # rollouts.plans.Plan
+    gates = models.JSONField()  # rollouts.plans.SloGates
+    state = models.CharField(max_length=16, choices=RolloutState.choices, default="pending")
+    step_index = models.PositiveSmallIntegerField(default=0)
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # One live rollout per route: two would fight over its weights.
+            models.UniqueConstraint(
+                fields=["route"],
+                condition=models.Q(state__in=["pending", "preflight", "running", "paused"]),
+                name="one_live_rollout_per_route",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"rollout {self.pk} of {self.candidate} on {self.route}"
+
+    @property
+    def parsed_plan(self) -> Plan:
+        return Plan.model_validate(self.plan)
+
+    @property
+    def parsed_gates(self) -> SloGates:
+        return SloGates.model_validate(self.gates)
+
+    @property
+    def current_weight(self) -> float:
+        if self.state == RolloutState.PROMOTED:
+            return 100.0
+        if self.state not in (RolloutState.RUNNING, RolloutState.PAUSED):
+            return 0.0
+        return self.parsed_plan.steps[self.step_index].weight
+
+
+class RolloutEvent(models.Model):
+    """Every state change of a rollout: who, why, and the evidence it rested on."""
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="events")
+    from_state = models.CharField(max_length=16, choices=RolloutState.choices)
+    to_state = models.CharField(max_length=16, choices=RolloutState.choices)
+    step_index = models.PositiveSmallIntegerField()
+    actor = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150)
+    reason = models.TextField()
+    evidence = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.rollout_id}: {self.from_state} -> {self.to_state}"

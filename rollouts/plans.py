@@ -1,0 +1,46 @@
+"""Typed rollout plans and SLO gates, parsed at the boundary (never passed around as dicts)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Step(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weight: Annotated[float, Field(gt=0, le=100)]
+    min_bake_s: Annotated[int, Field(ge=0)] = 300
+    min_samples: Annotated[int, Field(ge=1)] = 200
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: tuple[Step, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _weights_rise_to_100(self) -> Plan:
+        weights = [step.weight for step in self.steps]
+        if weights != sorted(set(weights)):
+            raise ValueError(f"step weights must strictly increase, got {weights}")
+        if weights[-1] != 100:
+            raise ValueError("the last step must send 100% to the candidate")
+        return self
+
+
+DEFAULT_PLAN = Plan(steps=(Step(weight=5), Step(weight=25), Step(weight=50), Step(weight=100)))
+
+
+class SloGates(BaseModel):
+    """Absolute limits on the candidate's own samples; crossing one rolls back at once."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ttft_p95_ms: Annotated[float, Field(gt=0)] | None = 500
+    tpot_p95_ms: Annotated[float, Field(gt=0)] | None = 50
+    max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.05
+    max_timeout_rate: Annotated[float, Field(ge=0, le=1)] = 0.05
+    # Guardrails need this many candidate samples before a rate can condemn it.
+    min_guardrail_samples: Annotated[int, Field(ge=1)] = 20

@@ -1,0 +1,174 @@
+"""Rollout writes. Every state change goes through `rollout_transition`: one row lock, an explicit
+transition table, an event row in the same transaction, and the new weights published to the
+gateway only after commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.audit import audit_record
+from controlplane.errors import Conflict, DomainError, NotFound
+from registry.selectors import gates_cleared
+from registry.services import alias_move, gate_override
+from rollouts.choices import RolloutState
+from rollouts.models import Deployment, Rollout, RolloutEvent, Route
+from rollouts.plans import DEFAULT_PLAN, Plan, SloGates
+from tenants.models import User
+
+S = RolloutState
+TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.PREFLIGHT, S.ABORTED}),
+    S.PREFLIGHT: frozenset({S.RUNNING, S.FAILED, S.ABORTED}),
+    # running -> running is the move to the next step.
+    S.RUNNING: frozenset({S.RUNNING, S.PAUSED, S.PROMOTED, S.ROLLED_BACK, S.ABORTED}),
+    S.PAUSED: frozenset({S.RUNNING, S.PROMOTED, S.ROLLED_BACK, S.ABORTED}),
+    S.PROMOTED: frozenset(),
+    S.ROLLED_BACK: frozenset(),
+    S.ABORTED: frozenset(),
+    S.FAILED: frozenset(),
+}
+
+
+def _publish_after_commit() -> None:
+    # Imported here: the snapshot builder reads this app's models.
+    from controlplane.gateway_config import publish_snapshot
+
+    # Directly, not through the task queue: a rollback must reach the gateway in seconds.
+    transaction.on_commit(publish_snapshot, robust=True)
+
+
+def rollout_create(
+    *,
+    actor: User | None,
+    route: Route,
+    candidate: Deployment,
+    plan: Plan = DEFAULT_PLAN,
+    gates: SloGates | None = None,
+    override_reason: str = "",
+) -> Rollout:
+    """A pending rollout. A candidate that fails its promotion gates needs a release manager's
+    written override to get this far."""
+    if candidate.pk == route.baseline_id:
+        raise DomainError(f"{candidate} already is the baseline of {route}")
+    if not gates_cleared(candidate.artifact):
+        if not override_reason:
+            raise DomainError(
+                f"{candidate.artifact} fails its promotion gates; a release manager may "
+                "override them with a written reason"
+            )
+        if actor is None:
+            raise DomainError("an override needs a release manager")
+        gate_override(actor=actor, artifact=candidate.artifact, reason=override_reason)
+    rollout = Rollout(
+        route=route,
+        baseline=route.baseline,
+        candidate=candidate,
+        plan=plan.model_dump(mode="json"),
+        gates=(gates or SloGates()).model_dump(mode="json"),
+        created_by=actor,
+    )
+    with transaction.atomic():
+        if Rollout.objects.filter(route=route, state__in=_live()).exists():
+            raise Conflict(f"{route} already has a live rollout")
+        rollout.save()
+        audit_record(actor=actor, action="rollout.created", target=rollout)
+    return rollout
+
+
+def _live() -> list[str]:
+    return [S.PENDING, S.PREFLIGHT, S.RUNNING, S.PAUSED]
+
+
+def rollout_transition(
+    *,
+    rollout_id: int,
+    to: RolloutState,
+    actor: User | None,
+    reason: str,
+    evidence: dict[str, Any] | None = None,
+    expected_step: int | None = None,
+) -> Rollout:
+    """Moves a rollout to `to`. Already there is a no-op (tasks run twice); a decision taken on a
+    step the rollout has since left (`expected_step`) is dropped, not applied to the next one."""
+    with transaction.atomic():
+        rollout = (
+            Rollout.objects.select_for_update()
+            .select_related("route")
+            .filter(pk=rollout_id)
+            .first()
+        )
+        if rollout is None:
+            raise NotFound(f"rollout {rollout_id} does not exist")
+        if expected_step is not None and rollout.step_index != expected_step:
+            return rollout
+        if rollout.state == to and to != S.RUNNING:
+            return rollout
+        if rollout.state == to == S.RUNNING and expected_step is None:
+            # Moving on a step is only safe as a compare-and-set on the step it leaves.
+            raise DomainError("moving to the next step needs expected_step")
+        if to not in TRANSITIONS[rollout.state]:
+            raise Conflict(f"rollout {rollout_id} cannot go from {rollout.state} to {to}")
+        previous = rollout.state
+        _apply(rollout, previous, to, actor)
+        rollout.save()
+        RolloutEvent.objects.create(
+            rollout=rollout,
+            from_state=previous,
+            to_state=to,
+            step_index=rollout.step_index,
+            actor=actor,
+            actor_name=actor.get_username() if actor else "system",
+            reason=reason,
+            evidence=evidence or {},
+        )
+        audit_record(
+            actor=actor,
+            action=f"rollout.{to}",
+            target=rollout,
+            reason=reason,
+            data={"from": previous, "step": rollout.step_index},
+        )
+        _publish_after_commit()
+    return rollout
+
+
+def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None:
+    route = rollout.route
+    steps = rollout.parsed_plan.steps
+    if to == S.RUNNING:
+        if previous == S.RUNNING:
+            if rollout.step_index + 1 >= len(steps):
+                raise Conflict("the last step is running: promote instead")
+            rollout.step_index += 1
+        if previous != S.PAUSED:
+            rollout.step_started_at = timezone.now()
+        route.canary = rollout.candidate
+        route.canary_weight = steps[rollout.step_index].weight
+        route.salt = f"rollout-{rollout.pk}"
+    elif to == S.PROMOTED:
+        route.baseline = rollout.candidate
+        route.canary, route.canary_weight = None, 0.0
+        artifact = rollout.candidate.artifact
+        alias_move(
+            actor=actor,
+            family=artifact.family,
+            name="production",
+            artifact=artifact,
+            reason=f"promoted by rollout {rollout.pk}",
+        )
+    elif to in (S.ROLLED_BACK, S.ABORTED, S.FAILED):
+        route.canary, route.canary_weight = None, 0.0
+    route.save(update_fields=["baseline", "canary", "canary_weight", "salt"])
+    rollout.state = to
+
+
+def rollout_start(*, actor: User | None, rollout_id: int) -> Rollout:
+    """Preflight, then the first step. (Deployment readiness joins the preflight with the
+    deployment providers.)"""
+    rollout_transition(rollout_id=rollout_id, to=S.PREFLIGHT, actor=actor, reason="start")
+    return rollout_transition(
+        rollout_id=rollout_id, to=S.RUNNING, actor=actor, reason="preflight passed"
+    )
