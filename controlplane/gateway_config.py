@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from controlplane.redis import get_redis
 from gateway import snapshot as schema
-from rollouts.choices import ReplicaState
-from rollouts.models import Deployment, Route
+from rollouts.choices import LIVE_STATES, ReplicaState
+from rollouts.models import Deployment, Rollout, Route
 from tenants.models import ApiKey, Budget, Tenant
 
 VERSION_KEY = "tollgate:gateway:snapshot:version"
@@ -69,6 +69,9 @@ def build_snapshot(version: int) -> schema.Snapshot:
     }
     routes: dict[str, schema.Route] = {}
     deployments: dict[str, schema.Deployment] = {}
+    live_rollouts = dict(
+        Rollout.objects.filter(state__in=LIVE_STATES).values_list("route_id", "pk")
+    )
     for route in Route.objects.select_related("baseline__fleet", "canary__fleet").prefetch_related(
         "tenants", "baseline__fleet__replicas", "canary__fleet__replicas"
     ):
@@ -80,6 +83,7 @@ def build_snapshot(version: int) -> schema.Snapshot:
             arms=tuple(arms),
             stickiness=route.stickiness,  # type: ignore[arg-type]
             salt=route.salt,
+            rollout_id=str(live_rollouts[route.pk]) if route.pk in live_rollouts else None,
             tenant_ids=tuple(str(t.pk) for t in route.tenants.all()),
         )
     return schema.Snapshot(

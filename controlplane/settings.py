@@ -190,6 +190,8 @@ CELERY_BEAT_SCHEDULE = {
     "workers-heartbeat": {"task": "system.heartbeat", "schedule": 10.0},
     # A safety net: changes publish at once after commit; this repairs a lost announcement.
     "gateway-publish": {"task": "gateway.publish", "schedule": 30.0},
+    "evaluation-consume-samples": {"task": "evaluation.consume_samples", "schedule": 1.0},
+    "rollouts-tick": {"task": "rollouts.tick", "schedule": 2.0},
 }
 
 LOGGING = {

@@ -1,5 +1,5 @@
 """Entry point for Celery's autodiscovery: importing it registers every task module."""
 
-from workers import gateway, system
+from workers import evaluation, gateway, rollouts, system
 
-__all__ = ["gateway", "system"]
+__all__ = ["evaluation", "gateway", "rollouts", "system"]

@@ -12,30 +12,13 @@ from django.db import connection
 from controlplane.errors import Conflict, DomainError
 from registry.selectors import alias_target
 from rollouts.choices import RolloutState
-from rollouts.models import Deployment, Fleet, Replica, Rollout, RolloutEvent, Route
+from rollouts.models import Deployment, Rollout, RolloutEvent, Route
 from rollouts.plans import Plan, Step
 from rollouts.services import rollout_create, rollout_start, rollout_transition
 from tenants.models import User
-from tests.registry.factories import register
 
 S = RolloutState
 PLAN = Plan(steps=(Step(weight=5), Step(weight=50), Step(weight=100)))
-
-
-@pytest.fixture
-def route(db: None) -> Route:
-    fleet = Fleet.objects.create(name="fleet")
-    Replica.objects.create(fleet=fleet, name="r0", base_url="http://127.0.0.1:9101")
-    v1 = register(version="v1")
-    baseline = Deployment.objects.create(artifact=v1, fleet=fleet, served_model_name="chat-v1")
-    return Route.objects.create(name="chat", baseline=baseline)
-
-
-@pytest.fixture
-def candidate(route: Route) -> Deployment:
-    return Deployment.objects.create(
-        artifact=register(version="v2"), fleet=route.baseline.fleet, served_model_name="chat-v2"
-    )
 
 
 def refreshed(route: Route) -> Route:

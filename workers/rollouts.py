@@ -1,0 +1,42 @@
+"""The rollout loop: a beat tick fans out one `advance` per running rollout."""
+
+from __future__ import annotations
+
+import secrets
+
+from celery import shared_task
+
+from controlplane.redis import get_redis
+from rollouts.choices import RolloutState
+from rollouts.engine import advance as advance_rollout
+from rollouts.models import Rollout
+
+# A lease, not a lock held by the broker: two workers that both receive an advance for the same
+# rollout (a tick delivered twice, a redelivery after a crash) never decide it at once. The lease
+# outlives a normal advance and expires on its own if its holder dies.
+LEASE_MS = 15_000
+RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+@shared_task(name="rollouts.tick", time_limit=10, soft_time_limit=8)
+def tick() -> None:
+    for rollout_id in Rollout.objects.filter(state=RolloutState.RUNNING).values_list(
+        "pk", flat=True
+    ):
+        advance.delay(rollout_id=rollout_id)
+
+
+@shared_task(name="rollouts.advance", acks_late=True, time_limit=30, soft_time_limit=25)
+def advance(*, rollout_id: int) -> None:
+    client = get_redis()
+    key = f"tollgate:rollouts:lease:{rollout_id}"
+    token = secrets.token_hex(8)
+    if not client.set(key, token, nx=True, px=LEASE_MS):
+        return  # another worker is deciding this rollout right now
+    try:
+        advance_rollout(rollout_id)
+    finally:
+        client.eval(RELEASE, 1, key, token)
