@@ -181,3 +181,20 @@ class RolloutEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rollout_id}: {self.from_state} -> {self.to_state}"
+
+
+class Webhook(models.Model):
+    """Where rollout events are announced (chat, CI). Bodies are signed with HMAC-SHA256 of
+    `secret`, which is kept in clear because signing needs it; it is shown once, at creation."""
+
+    name = models.CharField(max_length=100, unique=True)
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=100)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

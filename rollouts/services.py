@@ -4,17 +4,18 @@ gateway only after commit."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from controlplane.audit import audit_record
-from controlplane.errors import Conflict, DomainError, NotFound
+from controlplane.errors import Conflict, DomainError, NotFound, PermissionDenied
 from registry.selectors import gates_cleared
 from registry.services import alias_move, gate_override
 from rollouts.choices import RolloutState
-from rollouts.models import Deployment, Rollout, RolloutEvent, Route
+from rollouts.models import Deployment, Rollout, RolloutEvent, Route, Webhook
 from rollouts.plans import DEFAULT_PLAN, Plan, SloGates
 from tenants.models import User
 
@@ -114,7 +115,7 @@ def rollout_transition(
         previous = rollout.state
         _apply(rollout, previous, to, actor)
         rollout.save()
-        RolloutEvent.objects.create(
+        event = RolloutEvent.objects.create(
             rollout=rollout,
             from_state=previous,
             to_state=to,
@@ -132,7 +133,20 @@ def rollout_transition(
             data={"from": previous, "step": rollout.step_index},
         )
         _publish_after_commit()
+        _notify_after_commit(event)
     return rollout
+
+
+def _notify_after_commit(event: RolloutEvent) -> None:
+    from controlplane.celery import app as celery_app
+
+    def send(webhook_id: int) -> None:
+        celery_app.send_task(
+            "rollouts.notify", kwargs={"event_id": event.pk, "webhook_id": webhook_id}
+        )
+
+    for webhook_id in Webhook.objects.filter(active=True).values_list("pk", flat=True):
+        transaction.on_commit(functools.partial(send, webhook_id), robust=True)
 
 
 def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None:
@@ -171,4 +185,44 @@ def rollout_start(*, actor: User | None, rollout_id: int) -> Rollout:
     rollout_transition(rollout_id=rollout_id, to=S.PREFLIGHT, actor=actor, reason="start")
     return rollout_transition(
         rollout_id=rollout_id, to=S.RUNNING, actor=actor, reason="preflight passed"
+    )
+
+
+# --- manual control: each with a reason, each through the transition function --------------------
+
+Action = str
+MANUAL_ACTIONS: dict[Action, RolloutState] = {
+    "pause": S.PAUSED,
+    "resume": S.RUNNING,
+    "skip": S.RUNNING,
+    "promote": S.PROMOTED,
+    "rollback": S.ROLLED_BACK,
+    "abort": S.ABORTED,
+}
+
+
+def rollout_control(*, actor: User, rollout_id: int, action: Action, reason: str) -> Rollout:
+    """A release manager's hand on the rollout: pause, resume, skip to the next step, promote
+    now, roll back or abort."""
+    if not actor.is_release_manager:
+        raise PermissionDenied("only release managers may steer a rollout")
+    if action not in MANUAL_ACTIONS:
+        raise DomainError(f"unknown action {action!r}; one of {', '.join(MANUAL_ACTIONS)}")
+    if not reason.strip():
+        raise DomainError("say why (reason)")
+    rollout = Rollout.objects.filter(pk=rollout_id).first()
+    if rollout is None:
+        raise NotFound(f"rollout {rollout_id} does not exist")
+    if action == "resume" and rollout.state != S.PAUSED:
+        raise Conflict(f"rollout {rollout_id} is {rollout.state}, not paused")
+    if action == "skip" and rollout.state != S.RUNNING:
+        raise Conflict(f"rollout {rollout_id} is {rollout.state}: only a running step is skipped")
+    if action == "pause" and rollout.state == S.PENDING:
+        raise Conflict(f"rollout {rollout_id} has not started")
+    return rollout_transition(
+        rollout_id=rollout_id,
+        to=MANUAL_ACTIONS[action],
+        actor=actor,
+        reason=f"{action}: {reason}",
+        expected_step=rollout.step_index if action == "skip" else None,
     )

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
-from celery import shared_task
+import requests
+from celery import Task, shared_task
 
 from controlplane.redis import get_redis
 from rollouts.choices import RolloutState
 from rollouts.engine import advance as advance_rollout
-from rollouts.models import Rollout
+from rollouts.models import Rollout, RolloutEvent, Webhook
+from rollouts.webhooks import deliver
 
 # A lease, not a lock held by the broker: two workers that both receive an advance for the same
 # rollout (a tick delivered twice, a redelivery after a crash) never decide it at once. The lease
@@ -40,3 +43,27 @@ def advance(*, rollout_id: int) -> None:
         advance_rollout(rollout_id)
     finally:
         client.eval(RELEASE, 1, key, token)
+
+
+@shared_task(
+    name="rollouts.notify",
+    bind=True,
+    acks_late=True,
+    time_limit=30,
+    soft_time_limit=25,
+    autoretry_for=(requests.RequestException,),
+    retry_backoff=2,
+    retry_jitter=True,
+    max_retries=6,
+)
+def notify(self: Task[Any, Any], *, event_id: int, webhook_id: int) -> None:
+    """Delivers one event to one webhook; gone rows mean nothing is left to say."""
+    event = (
+        RolloutEvent.objects.select_related("rollout__route", "rollout__candidate__artifact")
+        .filter(pk=event_id)
+        .first()
+    )
+    webhook = Webhook.objects.filter(pk=webhook_id, active=True).first()
+    if event is None or webhook is None:
+        return
+    deliver(webhook, event)
