@@ -172,6 +172,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    "ENUM_NAME_OVERRIDES": {"RolloutStateEnum": "rollouts.choices.RolloutState"},
 }
 
 # Celery: Redis broker, JSON only, no result backend (outcomes are rows and events, not results).

@@ -8,6 +8,7 @@ from controlplane import health, metrics, views
 api_v1 = [
     path("", include("tenants.api.urls")),
     path("registry/", include("registry.api.urls")),
+    path("", include("rollouts.api.urls")),
 ]
 
 urlpatterns = [
