@@ -1,0 +1,142 @@
+"""Must-reach behaviour of the rollout loop, end to end at 40 requests/s through the gateway."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+
+import pytest
+
+from evaluation.models import RequestSample
+from rollouts.choices import RolloutState
+from rollouts.models import Rollout, RolloutEvent
+from rollouts.plans import Plan, SloGates, Step
+from rollouts.services import rollout_create, rollout_start
+from tests.e2e.conftest import Stack, build_stack, record_timing, wait_for_state
+from tests.gateway.conftest import GatewayLauncher
+from tests.simfleet.harness import FleetLauncher
+
+S = RolloutState
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
+
+SLOW_PLAN = Plan(
+    steps=tuple(Step(weight=w, min_bake_s=600, min_samples=1000) for w in (5, 25, 50, 100))
+)
+QUICK_PLAN = Plan(
+    steps=tuple(Step(weight=w, min_bake_s=3, min_samples=10) for w in (5, 25, 50, 100))
+)
+
+
+def start(stack: Stack, plan: Plan, gates: SloGates) -> tuple[Rollout, float]:
+    rollout = rollout_create(
+        actor=None, route=stack.route, candidate=stack.candidate, plan=plan, gates=gates
+    )
+    started = time.monotonic()
+    rollout_start(actor=None, rollout_id=rollout.pk)
+    return rollout, started
+
+
+def test_a_candidate_with_10_percent_errors_is_rolled_back_within_20_s(
+    tmp_path: Path, launchers: tuple[FleetLauncher, GatewayLauncher], stacks: list[Stack]
+) -> None:
+    stack = build_stack(tmp_path, *launchers, candidate_faults={"error_rate": 0.1})
+    stacks.append(stack)
+    traffic = stack.traffic()
+    traffic.start()
+    try:
+        gates = SloGates(max_error_rate=0.05, min_guardrail_samples=20)
+        rollout, started = start(stack, SLOW_PLAN, gates)
+        rolled = wait_for_state(rollout.pk, {S.ROLLED_BACK}, seconds=40)
+        took = time.monotonic() - started
+        record_timing("rollback on 10% errors", took)
+        assert took < 20, f"rolled back after {took:.1f} s"
+        event = RolloutEvent.objects.get(rollout=rolled, to_state=S.ROLLED_BACK)
+        assert event.reason.startswith("error rate")
+        # After the decision the gateway sends nothing more to the candidate within 2 s.
+        time.sleep(4)
+        cutoff = event.created_at + dt.timedelta(seconds=2)
+        canary = RequestSample.objects.filter(rollout_id=rollout.pk, arm="canary")
+        last = canary.order_by("-ts").values_list("ts", flat=True).first()
+        if last is not None:
+            record_timing(
+                "last canary request after the decision", (last - event.created_at).total_seconds()
+            )
+        assert not canary.filter(ts__gt=cutoff).exists()
+        assert RequestSample.objects.filter(arm="baseline", ts__gt=cutoff).exists()
+    finally:
+        traffic.stop()
+
+
+def test_a_candidate_with_3x_the_ttft_is_rolled_back_within_60_s(
+    tmp_path: Path, launchers: tuple[FleetLauncher, GatewayLauncher], stacks: list[Stack]
+) -> None:
+    # Prefill dominates TTFT here (about 110 ms for the 27-token prompt), so 3x prefill is 3x
+    # TTFT; eight baseline replicas keep the baseline's queueing, and so its p95, moderate.
+    speed = {"step_base_ms": 1, "decode_per_seq_ms": 0.05, "prefill_per_token_ms": 4}
+    stack = build_stack(
+        tmp_path,
+        *launchers,
+        candidate_faults={"ttft_multiplier": 3},
+        speed=speed,
+        baseline_replicas=8,
+    )
+    stacks.append(stack)
+    traffic = stack.traffic()
+    traffic.start()
+    try:
+        gates = SloGates(ttft_p95_ms=400, tpot_p95_ms=None, min_guardrail_samples=20)
+        rollout, started = start(stack, SLOW_PLAN, gates)
+        rolled = wait_for_state(rollout.pk, {S.ROLLED_BACK}, seconds=90)
+        took = time.monotonic() - started
+        record_timing("rollback on 3x TTFT", took)
+        assert took < 60
+        event = RolloutEvent.objects.get(rollout=rolled, to_state=S.ROLLED_BACK)
+        assert event.reason.startswith("TTFT p95")
+        # The baseline, under the same gate and 19 times the traffic, stayed within it.
+        baseline = event.evidence["baseline"]
+        assert isinstance(baseline, dict)
+        assert baseline["samples"] > 100
+        assert baseline["ttft_p95_ms"] < gates.ttft_p95_ms, event.evidence
+    finally:
+        traffic.stop()
+
+
+def test_an_equal_candidate_is_promoted_through_every_step_even_if_the_worker_dies(
+    tmp_path: Path, launchers: tuple[FleetLauncher, GatewayLauncher], stacks: list[Stack]
+) -> None:
+    stack = build_stack(tmp_path, *launchers)
+    stacks.append(stack)
+    traffic = stack.traffic()
+    traffic.start()
+    try:
+        rollout, started = start(stack, QUICK_PLAN, SloGates(ttft_p95_ms=2000, tpot_p95_ms=500))
+        deadline = time.monotonic() + 60
+        while Rollout.objects.get(pk=rollout.pk).step_index < 1:
+            assert time.monotonic() < deadline, "never reached the second step"
+            time.sleep(0.1)
+        stack.worker.kill9()  # mid-loop: leases and unacknowledged samples are left behind
+        time.sleep(3)
+        stack.worker.start()
+        promoted = wait_for_state(rollout.pk, {S.PROMOTED, S.ROLLED_BACK}, seconds=120)
+        record_timing(
+            "promotion through 4 steps of 3 s, worker killed once", time.monotonic() - started
+        )
+        assert promoted.state == S.PROMOTED
+    finally:
+        traffic.stop()
+    transitions = list(
+        RolloutEvent.objects.filter(rollout=rollout).values_list("to_state", "step_index")
+    )
+    # Every step exactly once: nothing lost, nothing repeated across the kill.
+    assert transitions == [
+        (S.PREFLIGHT, 0),
+        (S.RUNNING, 0),
+        (S.RUNNING, 1),
+        (S.RUNNING, 2),
+        (S.RUNNING, 3),
+        (S.PROMOTED, 3),
+    ]
+    stack.route.refresh_from_db()
+    assert (stack.route.baseline_id, stack.route.canary_id) == (stack.candidate.pk, None)
+    assert 0 not in traffic.statuses
