@@ -16,8 +16,9 @@ from typing import Literal
 from django.db import connection
 from django.utils import timezone
 
-from rollouts.choices import RolloutState
-from rollouts.models import Rollout
+from rollouts import providers
+from rollouts.choices import DeploymentState, RolloutState
+from rollouts.models import Deployment, Rollout
 from rollouts.plans import SloGates
 from rollouts.services import rollout_transition
 
@@ -127,10 +128,52 @@ TO_STATE: dict[Action, RolloutState] = {
 }
 
 
+def preflight(rollout_id: int, now: dt.datetime | None = None) -> None:
+    """Gets the candidate ready (loading adapters) and starts the first step once every replica
+    answers a real inference for it; fails the rollout past the plan's progress deadline."""
+    rollout = (
+        Rollout.objects.select_related("candidate__fleet", "candidate__artifact")
+        .filter(pk=rollout_id)
+        .first()
+    )
+    if rollout is None or rollout.state != RolloutState.PREFLIGHT:
+        return
+    candidate = rollout.candidate
+    if candidate.state != DeploymentState.READY:
+        problems = providers.prepare(candidate)
+        ready, not_ready = providers.is_ready(candidate)
+        if not ready:
+            began = (
+                rollout.events.filter(to_state=RolloutState.PREFLIGHT)
+                .values_list("created_at", flat=True)
+                .last()
+            )
+            waited = ((now or timezone.now()) - (began or rollout.created_at)).total_seconds()
+            if waited > rollout.parsed_plan.progress_deadline_s:
+                rollout_transition(
+                    rollout_id=rollout.pk,
+                    to=RolloutState.FAILED,
+                    actor=None,
+                    reason=f"the candidate was not ready after {waited:.0f} s",
+                    evidence={"problems": problems + not_ready},
+                )
+            return
+        Deployment.objects.filter(pk=candidate.pk).update(state=DeploymentState.READY)
+    rollout_transition(
+        rollout_id=rollout.pk,
+        to=RolloutState.RUNNING,
+        actor=None,
+        reason="preflight passed: every replica answers the candidate",
+    )
+
+
 def advance(rollout_id: int) -> Decision | None:
     """One tick for one rollout. Safe to run twice: the transition is a compare-and-set on the
     step the decision was taken on."""
     rollout = Rollout.objects.filter(pk=rollout_id).first()
+    if rollout is not None and rollout.state == RolloutState.PREFLIGHT:
+        preflight(rollout_id)
+        return None
     if rollout is None or rollout.state != RolloutState.RUNNING:
         return None
     decision = decide(rollout)

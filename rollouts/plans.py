@@ -19,6 +19,8 @@ class Plan(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     steps: tuple[Step, ...] = Field(min_length=1)
+    # Real models take 10-16 minutes to load: a candidate not ready by then fails cleanly.
+    progress_deadline_s: Annotated[int, Field(ge=1)] = 1200
 
     @model_validator(mode="after")
     def _weights_rise_to_100(self) -> Plan:

@@ -180,12 +180,13 @@ def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None
 
 
 def rollout_start(*, actor: User | None, rollout_id: int) -> Rollout:
-    """Preflight, then the first step. (Deployment readiness joins the preflight with the
-    deployment providers.)"""
+    """Into preflight, and through it at once when the candidate is ready; otherwise the tick
+    keeps checking until the plan's progress deadline."""
+    from rollouts.engine import preflight
+
     rollout_transition(rollout_id=rollout_id, to=S.PREFLIGHT, actor=actor, reason="start")
-    return rollout_transition(
-        rollout_id=rollout_id, to=S.RUNNING, actor=actor, reason="preflight passed"
-    )
+    preflight(rollout_id)
+    return Rollout.objects.get(pk=rollout_id)
 
 
 # --- manual control: each with a reason, each through the transition function --------------------

@@ -26,9 +26,8 @@ return 0
 
 @shared_task(name="rollouts.tick", time_limit=10, soft_time_limit=8)
 def tick() -> None:
-    for rollout_id in Rollout.objects.filter(state=RolloutState.RUNNING).values_list(
-        "pk", flat=True
-    ):
+    live = (RolloutState.PREFLIGHT, RolloutState.RUNNING)
+    for rollout_id in Rollout.objects.filter(state__in=live).values_list("pk", flat=True):
         advance.delay(rollout_id=rollout_id)
 
 

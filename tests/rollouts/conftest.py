@@ -20,5 +20,8 @@ def route(db: None) -> Route:
 @pytest.fixture
 def candidate(route: Route) -> Deployment:
     return Deployment.objects.create(
-        artifact=register(version="v2"), fleet=route.baseline.fleet, served_model_name="chat-v2"
+        artifact=register(version="v2"),
+        fleet=route.baseline.fleet,
+        served_model_name="chat-v2",
+        state="ready",
     )
