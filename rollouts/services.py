@@ -14,7 +14,7 @@ from controlplane.audit import audit_record
 from controlplane.errors import Conflict, DomainError, NotFound, PermissionDenied
 from registry.selectors import gates_cleared
 from registry.services import alias_move, gate_override
-from rollouts.choices import RolloutState
+from rollouts.choices import DeploymentState, RolloutState
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route, Webhook
 from rollouts.plans import DEFAULT_PLAN, Plan, SloGates
 from tenants.models import User
@@ -149,6 +149,21 @@ def _notify_after_commit(event: RolloutEvent) -> None:
         transaction.on_commit(functools.partial(send, webhook_id), robust=True)
 
 
+# How long requests already sent to a deployment may take before it is unloaded.
+DRAIN_S = 60
+
+
+def _retire_after_commit(deployment_id: int, *, delay_s: int) -> None:
+    from controlplane.celery import app as celery_app
+
+    transaction.on_commit(
+        lambda: celery_app.send_task(
+            "rollouts.retire", kwargs={"deployment_id": deployment_id}, countdown=delay_s
+        ),
+        robust=True,
+    )
+
+
 def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None:
     route = rollout.route
     steps = rollout.parsed_plan.steps
@@ -163,6 +178,10 @@ def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None
         route.canary_weight = steps[rollout.step_index].weight
         route.salt = f"rollout-{rollout.pk}"
     elif to == S.PROMOTED:
+        old = route.baseline
+        Deployment.objects.filter(pk=old.pk).update(state=DeploymentState.DRAINING)
+        # In-flight requests of the old version finish first; then it is unloaded and retired.
+        _retire_after_commit(old.pk, delay_s=DRAIN_S)
         route.baseline = rollout.candidate
         route.canary, route.canary_weight = None, 0.0
         artifact = rollout.candidate.artifact
@@ -175,6 +194,8 @@ def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None
         )
     elif to in (S.ROLLED_BACK, S.ABORTED, S.FAILED):
         route.canary, route.canary_weight = None, 0.0
+        if previous != S.PENDING:
+            _retire_after_commit(rollout.candidate_id, delay_s=DRAIN_S)
     route.save(update_fields=["baseline", "canary", "canary_weight", "salt"])
     rollout.state = to
 

@@ -7,11 +7,13 @@ from typing import Any
 
 import requests
 from celery import Task, shared_task
+from django.db.models import Q
 
 from controlplane.redis import get_redis
-from rollouts.choices import RolloutState
+from rollouts.choices import DeploymentState, RolloutState
 from rollouts.engine import advance as advance_rollout
-from rollouts.models import Rollout, RolloutEvent, Webhook
+from rollouts.models import Deployment, Rollout, RolloutEvent, Route, Webhook
+from rollouts.providers import teardown
 from rollouts.webhooks import deliver
 
 # A lease, not a lock held by the broker: two workers that both receive an advance for the same
@@ -66,3 +68,18 @@ def notify(self: Task[Any, Any], *, event_id: int, webhook_id: int) -> None:
     if event is None or webhook is None:
         return
     deliver(webhook, event)
+
+
+@shared_task(name="rollouts.retire", acks_late=True, time_limit=60, soft_time_limit=50)
+def retire(*, deployment_id: int) -> None:
+    """Unloads a deployment that no route uses any more and marks it retired (idempotent)."""
+    deployment = (
+        Deployment.objects.select_related("fleet", "artifact").filter(pk=deployment_id).first()
+    )
+    if deployment is None or deployment.state == DeploymentState.RETIRED:
+        return
+    in_use = Route.objects.filter(Q(baseline=deployment) | Q(canary=deployment)).exists()
+    if in_use:
+        return  # promoted again, or back in a route since: keep it
+    teardown(deployment)
+    Deployment.objects.filter(pk=deployment_id).update(state=DeploymentState.RETIRED)

@@ -170,3 +170,22 @@ def test_two_workers_deciding_at_once_move_one_step(
         thread.join()
     assert Rollout.objects.get(pk=rollout.pk).step_index == 1
     assert RolloutEvent.objects.filter(from_state=S.RUNNING, to_state=S.RUNNING).count() == 1
+
+
+def test_after_promotion_the_old_baseline_drains_then_retires(
+    route: Route, candidate: Deployment, redis_client: redis.Redis
+) -> None:
+    from workers.rollouts import retire
+
+    old = route.baseline
+    rollout = rollout_create(actor=None, route=route, candidate=candidate, plan=PLAN)
+    rollout_start(actor=None, rollout_id=rollout.pk)
+    retire(deployment_id=candidate.pk)  # still the canary: kept
+    candidate.refresh_from_db()
+    assert candidate.state == "ready"
+    rollout_transition(rollout_id=rollout.pk, to=S.PROMOTED, actor=None, reason="ok")
+    old.refresh_from_db()
+    assert old.state == "draining"
+    retire(deployment_id=old.pk)
+    old.refresh_from_db()
+    assert old.state == "retired"
