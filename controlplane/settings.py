@@ -193,6 +193,7 @@ CELERY_BEAT_SCHEDULE = {
     "gateway-publish": {"task": "gateway.publish", "schedule": 30.0},
     "evaluation-consume-samples": {"task": "evaluation.consume_samples", "schedule": 1.0},
     "rollouts-tick": {"task": "rollouts.tick", "schedule": 2.0},
+    "rollouts-probe-replicas": {"task": "rollouts.probe_replicas", "schedule": 10.0},
 }
 
 LOGGING = {

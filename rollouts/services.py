@@ -15,7 +15,7 @@ from controlplane.errors import Conflict, DomainError, NotFound, PermissionDenie
 from registry.selectors import gates_cleared
 from registry.services import alias_move, gate_override
 from rollouts.choices import DeploymentState, RolloutState
-from rollouts.models import Deployment, Rollout, RolloutEvent, Route, Webhook
+from rollouts.models import Deployment, Replica, Rollout, RolloutEvent, Route, Webhook
 from rollouts.plans import DEFAULT_PLAN, Plan, SloGates
 from tenants.models import User
 
@@ -248,3 +248,26 @@ def rollout_control(*, actor: User, rollout_id: int, action: Action, reason: str
         reason=f"{action}: {reason}",
         expected_step=rollout.step_index if action == "skip" else None,
     )
+
+
+def replicas_probe() -> int:
+    """Probes every active replica serving a route with a real inference and records the
+    outcome; publishes the gateway configuration when a replica's health changed. Returns how
+    many changed. Network calls happen outside any transaction."""
+    from rollouts.providers import probe
+
+    changed = 0
+    deployments = Deployment.objects.filter(
+        pk__in=Route.objects.values("baseline")
+    ) | Deployment.objects.filter(pk__in=Route.objects.exclude(canary=None).values("canary"))
+    for deployment in deployments.select_related("fleet").distinct():
+        for replica in deployment.fleet.replicas.filter(state="active"):
+            result = probe(replica, deployment.served_model_name)
+            row = Replica.objects.filter(pk=replica.pk)
+            changed += row.exclude(healthy=result.ok).update(healthy=result.ok)
+            row.update(last_probe_at=timezone.now())
+    if changed:
+        from controlplane.gateway_config import publish_snapshot
+
+        publish_snapshot()
+    return changed

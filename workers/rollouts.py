@@ -14,6 +14,7 @@ from rollouts.choices import DeploymentState, RolloutState
 from rollouts.engine import advance as advance_rollout
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route, Webhook
 from rollouts.providers import teardown
+from rollouts.services import replicas_probe
 from rollouts.webhooks import deliver
 
 # A lease, not a lock held by the broker: two workers that both receive an advance for the same
@@ -83,3 +84,8 @@ def retire(*, deployment_id: int) -> None:
         return  # promoted again, or back in a route since: keep it
     teardown(deployment)
     Deployment.objects.filter(pk=deployment_id).update(state=DeploymentState.RETIRED)
+
+
+@shared_task(name="rollouts.probe_replicas", time_limit=60, soft_time_limit=50)
+def probe_replicas() -> None:
+    replicas_probe()

@@ -87,3 +87,17 @@ def test_a_candidate_that_never_answers_fails_the_rollout_at_the_deadline(
     assert any("No adapter found" in p for p in event.evidence["problems"])
     route.refresh_from_db()
     assert route.canary is None
+
+
+def test_the_probe_takes_an_out_of_memory_replica_out_of_the_gateways_rotation(
+    lora_route: tuple[Route, Deployment], sim: SimFleet, redis_client: redis.Redis
+) -> None:
+    from gateway.snapshot import SNAPSHOT_KEY, Snapshot
+    from rollouts.services import replicas_probe
+
+    assert replicas_probe() == 0  # all healthy, nothing to publish
+    assert request("POST", f"{sim.urls[1]}/admin/oom").status == 200
+    assert replicas_probe() == 1
+    snapshot = Snapshot.model_validate_json(redis_client.get(SNAPSHOT_KEY) or "")
+    baseline = snapshot.deployments[str(lora_route[0].baseline_id)]
+    assert [(r.id, r.healthy) for r in baseline.replicas] == [("sim/r0", True), ("sim/r1", False)]
