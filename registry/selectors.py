@@ -12,22 +12,22 @@ from typing import Any
 from django.db import connection
 from django.db.models import Count, Prefetch, Q, QuerySet
 
-from registry.choices import Verdict
+from registry.choices import Relation, Verdict
 from registry.models import Alias, EvalScore, LineageEdge, ModelArtifact, PromotionGate
 
-# One recursive query walks the whole graph in either direction, to any depth. `path` stops a
-# walk that meets a cycle (the write path forbids them; the read path must not hang if one
-# slipped in by hand).
-_WALK = """
-WITH RECURSIVE walk(child_id, parent_id, relation, depth, path) AS (
-    SELECT e.child_id, e.parent_id, e.relation, 1, ARRAY[e.{start}]
-    FROM registry_lineageedge e WHERE e.{start} = %(root)s
-  UNION ALL
-    SELECT e.child_id, e.parent_id, e.relation, w.depth + 1, w.path || e.{start}
-    FROM registry_lineageedge e JOIN walk w ON e.{start} = w.{next}
-    WHERE w.depth < %(max_depth)s AND NOT e.{start} = ANY(w.path)
+# One recursive query finds every artifact reachable from the root in one direction. It walks
+# artifacts, not paths: UNION drops an artifact met again, so a dense graph (merges of merges)
+# costs what its size costs, never the exponential number of its paths, and a cycle (forbidden
+# on write, possible by hand) ends the walk instead of hanging it. Depths are the shortest
+# distance, computed from the returned edges.
+_REACH = """
+WITH RECURSIVE reach(id) AS (
+    SELECT %(root)s::bigint
+  UNION
+    SELECT e.{following} FROM registry_lineageedge e JOIN reach r ON e.{start} = r.id
 )
-SELECT DISTINCT child_id, parent_id, relation, depth FROM walk ORDER BY depth
+SELECT e.child_id, e.parent_id, e.relation
+FROM registry_lineageedge e JOIN reach r ON e.{start} = r.id
 """
 MAX_DEPTH = 1000
 
@@ -42,10 +42,30 @@ class Edge:
 
 def _walk(artifact_id: int, *, up: bool, max_depth: int) -> list[Edge]:
     start, following = ("child_id", "parent_id") if up else ("parent_id", "child_id")
-    sql = _WALK.format(start=start, next=following)
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"root": artifact_id, "max_depth": max_depth})
-        return [Edge(*row) for row in cursor.fetchall()]
+        cursor.execute(_REACH.format(start=start, following=following), {"root": artifact_id})
+        rows = cursor.fetchall()
+    by_start: dict[int, list[tuple[int, int, str]]] = {}
+    for child_id, parent_id, relation in rows:
+        key = child_id if up else parent_id
+        by_start.setdefault(key, []).append((child_id, parent_id, relation))
+    # Breadth first from the root: each edge at the depth of the nearer of its ends, plus one.
+    depth = {artifact_id: 0}
+    frontier = [artifact_id]
+    edges: list[Edge] = []
+    while frontier:
+        following_frontier = []
+        for node in frontier:
+            if depth[node] >= max_depth:
+                continue
+            for child_id, parent_id, relation in by_start.get(node, ()):
+                edges.append(Edge(child_id, parent_id, relation, depth[node] + 1))
+                other = parent_id if up else child_id
+                if other not in depth:
+                    depth[other] = depth[node] + 1
+                    following_frontier.append(other)
+        frontier = following_frontier
+    return edges
 
 
 def ancestor_ids(artifact: ModelArtifact) -> set[int]:
@@ -100,7 +120,10 @@ def alias_target(family: str, name: str) -> ModelArtifact | None:
 
 
 def parents_of(artifact: ModelArtifact) -> list[LineageEdge]:
-    return list(LineageEdge.objects.filter(child=artifact).select_related("parent"))
+    """Direct parents, the one an artifact is compared with first: a merge has several, and
+    its fine-tune (or adapter, quantization, distillation) parent is the meaningful baseline."""
+    edges = LineageEdge.objects.filter(child=artifact).select_related("parent")
+    return sorted(edges, key=lambda e: (e.relation == Relation.MERGE, e.pk))
 
 
 ScoreKey = tuple[str, str, str]

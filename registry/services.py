@@ -27,6 +27,8 @@ from registry.selectors import ancestor_ids, gates_check
 from tenants.models import User
 
 DIGEST = re.compile(r"^(?:sha256:)?([0-9a-fA-F]{64})$")
+# Versions appear in URLs and file names: plain characters only.
+VERSION = re.compile(r"^[A-Za-z0-9._+-]{1,100}$")
 # Lineage writes take this transaction-level lock: two edges added at once could otherwise each
 # pass the cycle check and close a cycle together.
 LINEAGE_LOCK = 0x7011_6A7E
@@ -58,6 +60,10 @@ def artifact_register(
     """Register a version; (artifact, created). Registering the same family, version and digest
     again returns the existing artifact (CI retries); another digest is a conflict."""
     digest = normalize_digest(digest)
+    if not VERSION.match(version):
+        raise DomainError(
+            f"version {version!r}: use letters, digits and . _ + - only (at most 100)"
+        )
     existing = ModelArtifact.objects.filter(family=family, version=version).first()
     if existing is not None:
         if existing.digest != digest:
@@ -246,10 +252,22 @@ def eval_run_record(
     return run
 
 
+_ANY = object()
+
+
 def alias_move(
-    *, actor: User | None, family: str, name: str, artifact: ModelArtifact, reason: str
+    *,
+    actor: User | None,
+    family: str,
+    name: str,
+    artifact: ModelArtifact,
+    reason: str,
+    expected_from: ModelArtifact | object | None = _ANY,
 ) -> Alias:
-    """Points `family@name` at `artifact`; a move to where it already points changes nothing."""
+    """Points `family@name` at `artifact`; a move to where it already points changes nothing.
+
+    `expected_from` makes the move a compare-and-set: a person who confirmed "v3 -> v4" must not
+    silently overwrite someone else's move to v5 made in the meantime."""
     if artifact.family != family:
         raise DomainError(f"{artifact} is not a version of {family}")
     if not reason.strip():
@@ -263,6 +281,11 @@ def alias_move(
             )
         alias = Alias.objects.select_for_update().filter(family=family, name=name).first()
         previous = alias.artifact if alias is not None else None
+        if expected_from is not _ANY and previous != expected_from:
+            raise Conflict(
+                f"{family}@{name} now points at {previous or 'nothing'}, not at "
+                f"{expected_from or 'nothing'}: look again before moving it"
+            )
         if previous is not None and previous.pk == artifact.pk:
             return alias  # type: ignore[return-value]
         if alias is None:

@@ -319,3 +319,43 @@ def test_a_failing_candidate_is_cleared_only_by_a_written_override(
 def test_a_family_without_gates_passes(db: None) -> None:
     assert gates_check(register()).passed
     assert EvalRun.objects.count() == 0
+
+
+def test_an_alias_move_can_be_a_compare_and_set(db: None) -> None:
+    v1, v2, v3 = (register(version=f"v{i}") for i in (1, 2, 3))
+    alias_move(actor=None, family="support-chat", name="production", artifact=v1, reason="GA")
+    alias_move(actor=None, family="support-chat", name="production", artifact=v2, reason="x")
+    with pytest.raises(Conflict, match="now points at support-chat:v2, not at support-chat:v1"):
+        alias_move(
+            actor=None,
+            family="support-chat",
+            name="production",
+            artifact=v3,
+            reason="I looked when it was v1",
+            expected_from=v1,
+        )
+
+
+def test_versions_are_plain_names(db: None) -> None:
+    with pytest.raises(DomainError, match="letters, digits"):
+        register(version="v1/../../etc")
+
+
+def test_a_dense_lineage_is_walked_by_artifact_not_by_path(db: None) -> None:
+    # Every artifact merges the two before it: 2^40 paths from the top to the bottom.
+    nodes = [register(version=f"n{i}") for i in range(42)]
+    for i in range(2, 42):
+        lineage_add(
+            actor=None,
+            child=nodes[i],
+            links=[
+                ParentLink(nodes[i - 1], Relation.MERGE),
+                ParentLink(nodes[i - 2], Relation.MERGE),
+            ],
+        )
+    walk = lineage(nodes[41])
+    assert len(walk.ancestors) == 80  # every edge once
+    depths = {(e.child_id, e.parent_id): e.depth for e in walk.ancestors}
+    assert depths[(nodes[41].pk, nodes[40].pk)] == 1
+    # n2 is 20 hops from n41 when going two at a time; its own parent edge is one further.
+    assert depths[(nodes[2].pk, nodes[0].pk)] == 21
