@@ -194,6 +194,7 @@ CELERY_BEAT_SCHEDULE = {
     "evaluation-consume-samples": {"task": "evaluation.consume_samples", "schedule": 1.0},
     "rollouts-tick": {"task": "rollouts.tick", "schedule": 2.0},
     "rollouts-probe-replicas": {"task": "rollouts.probe_replicas", "schedule": 10.0},
+    "rollouts-update-saturation": {"task": "rollouts.update_saturation", "schedule": 5.0},
 }
 
 LOGGING = {

@@ -14,6 +14,7 @@ from rollouts.choices import DeploymentState, RolloutState
 from rollouts.engine import advance as advance_rollout
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route, Webhook
 from rollouts.providers import teardown
+from rollouts.saturation import deployments_saturation_update
 from rollouts.services import replicas_probe
 from rollouts.webhooks import deliver
 
@@ -89,3 +90,8 @@ def retire(*, deployment_id: int) -> None:
 @shared_task(name="rollouts.probe_replicas", time_limit=60, soft_time_limit=50)
 def probe_replicas() -> None:
     replicas_probe()
+
+
+@shared_task(name="rollouts.update_saturation", time_limit=30, soft_time_limit=25)
+def update_saturation() -> None:
+    deployments_saturation_update()

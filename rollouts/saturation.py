@@ -1,0 +1,78 @@
+"""How full each deployment is, from Prometheus: the gateway sheds lower tiers above its limits.
+
+Reads vLLM's own gauges (`vllm:kv_cache_usage_perc`, `vllm:num_requests_waiting`) for the
+replicas of every deployment in a route, through prometheus-api-client, and stores the worst
+KV-cache usage and the total waiting queue on the deployment. The gateway configuration is
+republished when a figure moved enough to matter.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from requests import RequestException
+from urllib3.util.retry import Retry
+
+from rollouts.models import Deployment, Route
+
+logger = logging.getLogger(__name__)
+# Changes smaller than these are noise, not worth a new gateway configuration.
+KV_STEP = 0.02
+WAITING_STEP = 2
+
+
+def _instance(base_url: str) -> str:
+    parts = urlsplit(base_url)
+    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+
+
+def _by_instance(prometheus: PrometheusConnect, query: str) -> dict[tuple[str, str], float]:
+    return {
+        (r["metric"].get("instance", ""), r["metric"].get("model_name", "")): float(r["value"][1])
+        for r in prometheus.custom_query(query)
+    }
+
+
+def deployments_saturation_update() -> int:
+    """Returns how many deployments changed enough to be republished."""
+    prometheus = PrometheusConnect(
+        url=settings.PROMETHEUS_URL, disable_ssl=True, retry=Retry(total=0), timeout=5
+    )
+    try:
+        kv = _by_instance(prometheus, "max by (instance, model_name) (vllm:kv_cache_usage_perc)")
+        waiting = _by_instance(
+            prometheus, "sum by (instance, model_name) (vllm:num_requests_waiting)"
+        )
+    except (PrometheusApiClientException, RequestException) as exc:
+        logger.warning("saturation not updated, Prometheus did not answer: %s", exc)
+        return 0
+    in_routes = Route.objects.values_list("baseline", flat=True).union(
+        Route.objects.exclude(canary=None).values_list("canary", flat=True)
+    )
+    changed = 0
+    for deployment in Deployment.objects.filter(pk__in=in_routes).prefetch_related(
+        "fleet__replicas"
+    ):
+        # The engine behind a LoRA adapter reports under its base model's name: match by replica.
+        instances = {_instance(r.base_url) for r in deployment.fleet.replicas.all()}
+        kv_values = [v for (i, _), v in kv.items() if i in instances]
+        waiting_values = [v for (i, _), v in waiting.items() if i in instances]
+        usage = max(kv_values, default=0.0)
+        queue = int(sum(waiting_values))
+        if (
+            abs(usage - deployment.kv_cache_usage) >= KV_STEP
+            or abs(queue - deployment.waiting_requests) >= WAITING_STEP
+        ):
+            Deployment.objects.filter(pk=deployment.pk).update(
+                kv_cache_usage=usage, waiting_requests=queue
+            )
+            changed += 1
+    if changed:
+        from controlplane.gateway_config import publish_snapshot
+
+        publish_snapshot()
+    return changed
