@@ -49,6 +49,8 @@ seed: venv
 
 demo: up
 	@$(BIN)/python manage.py seed_demo
+	@$(BIN)/python manage.py demo_canary
+	@$(BIN)/python deploy/stack.py traffic
 
 lint: venv
 	$(BIN)/ruff check .

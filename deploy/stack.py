@@ -452,9 +452,24 @@ def up() -> None:
         process.start(env)
 
 
+def traffic_process() -> Managed:
+    """`make demo`'s traffic through the gateway, so the canary has samples to be judged on."""
+    return Managed(
+        "traffic",
+        [str(VENV_BIN / "python"), "manage.py", "demo_traffic"],
+        ready=lambda: True,
+        ready_within_s=2,
+    )
+
+
+def traffic() -> None:
+    traffic_process().start(child_env())
+
+
 def down() -> None:
     stopped = []
-    for process in [*reversed(app_processes()), prometheus_process(), redis_process()]:
+    processes = [traffic_process(), *reversed(app_processes()), prometheus_process()]
+    for process in [*processes, redis_process()]:
         if process.stop():
             stopped.append(process.name)
     if POSTGRES_RECORD.exists():
@@ -478,6 +493,7 @@ def main(argv: list[str]) -> int:
         "up": up,
         "down": down,
         "status": status,
+        "traffic": traffic,
         "secret-key": lambda: print(secret_key()),
     }
     if len(argv) != 1 or argv[0] not in commands:

@@ -1,4 +1,8 @@
-"""The demo fleet (simfleet replicas started by `make up`), its deployment and route."""
+"""The demo fleets (the simfleet replicas `make up` starts), deployments and route.
+
+Replica 1 serves the production version (support-chat v1) and replica 2 the candidate (v2), so
+`manage.py demo_canary` can walk a live canary between them.
+"""
 
 from __future__ import annotations
 
@@ -11,39 +15,42 @@ from registry.models import ModelArtifact
 from rollouts.choices import DeploymentState, Provider
 from rollouts.models import Deployment, Fleet, Replica, Route
 
-FLEET = "simfleet-dev"
 ROUTE = "support-chat"
-REPLICAS = 2
+# (fleet, replica port offset from SIMFLEET_BASE_PORT, version deployed there)
+FLEETS = [("simfleet-a", 0, "v1"), ("simfleet-b", 1, "v2")]
+
+
+def _deployment(fleet: Fleet, artifact: ModelArtifact) -> Deployment:
+    live = Deployment.objects.filter(fleet=fleet, artifact=artifact).exclude(
+        state__in=[DeploymentState.RETIRED, DeploymentState.FAILED]
+    )
+    return live.first() or Deployment.objects.create(
+        artifact=artifact,
+        fleet=fleet,
+        served_model_name="tiny",  # what simfleet's cpu-tiny profile serves
+        max_model_len=1024,
+        state=DeploymentState.READY,
+    )
 
 
 def seed() -> dict[str, Any]:
-    fleet, _ = Fleet.objects.get_or_create(
-        name=FLEET,
-        defaults={
-            "provider": Provider.SIMFLEET,
-            "gpu_type": "simulated H100",
-            "dollars_per_gpu_hour": Decimal("2.50"),
-        },
-    )
-    for index in range(REPLICAS):
-        port = settings.SIMFLEET_BASE_PORT + index
+    deployments = {}
+    for name, offset, version in FLEETS:
+        fleet, _ = Fleet.objects.get_or_create(
+            name=name,
+            defaults={
+                "provider": Provider.SIMFLEET,
+                "gpu_type": "simulated H100",
+                "dollars_per_gpu_hour": Decimal("2.50"),
+            },
+        )
+        port = settings.SIMFLEET_BASE_PORT + offset
         Replica.objects.update_or_create(
-            fleet=fleet, name=f"r{index}", defaults={"base_url": f"http://127.0.0.1:{port}"}
+            fleet=fleet, name="r0", defaults={"base_url": f"http://127.0.0.1:{port}"}
         )
-    production = ModelArtifact.objects.get(family="support-chat", version="v1")
-    deployment = (
-        Deployment.objects.filter(fleet=fleet, artifact=production)
-        .exclude(state__in=[DeploymentState.RETIRED, DeploymentState.FAILED])
-        .first()
+        artifact = ModelArtifact.objects.get(family="support-chat", version=version)
+        deployments[version] = _deployment(fleet, artifact)
+    Route.objects.get_or_create(
+        name=ROUTE, defaults={"baseline": deployments["v1"], "salt": "demo"}
     )
-    if deployment is None:
-        # The simfleet replicas that `make up` starts serve the model name "tiny".
-        deployment = Deployment.objects.create(
-            artifact=production,
-            fleet=fleet,
-            served_model_name="tiny",
-            max_model_len=1024,  # simfleet's cpu-tiny profile
-            state="ready",
-        )
-    Route.objects.get_or_create(name=ROUTE, defaults={"baseline": deployment, "salt": "demo"})
-    return {"routes": [ROUTE], "fleet": FLEET}
+    return {"routes": [ROUTE], "candidate_deployment": deployments["v2"].pk}

@@ -99,8 +99,12 @@ def _ensure_ci_token(user: User) -> str:
     return secret
 
 
+def demo_tenant_key(slug: str) -> str:
+    return demo_secret(f"tenant-key:{slug}", prefix=TENANT_KEY_PREFIX)
+
+
 def _ensure_tenant_key(tenant: Tenant) -> str:
-    secret = demo_secret(f"tenant-key:{tenant.slug}", prefix=TENANT_KEY_PREFIX)
+    secret = demo_tenant_key(tenant.slug)
     key = ApiKey.objects.filter(tenant=tenant, name=DEMO_KEY_NAME).first()
     if key is None:
         api_key_create(actor=None, tenant=tenant, name=DEMO_KEY_NAME, secret=secret)

@@ -1,0 +1,44 @@
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from controlplane.gateway_config import publish_snapshot
+from rollouts.choices import LIVE_STATES
+from rollouts.models import Deployment, Rollout, Route
+from rollouts.plans import Plan, SloGates, Step
+from rollouts.seed import ROUTE
+from rollouts.services import rollout_create, rollout_start
+from tenants.models import User
+
+# Short bakes so a person watching sees every step within a few minutes.
+DEMO_PLAN = Plan(
+    steps=tuple(Step(weight=w, min_bake_s=20, min_samples=30) for w in (5, 25, 50, 100))
+)
+
+
+class Command(BaseCommand):
+    help = "Start a live canary of the demo candidate (support-chat v2) unless one is running."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        route = Route.objects.get(name=ROUTE)
+        live = Rollout.objects.filter(route=route, state__in=LIVE_STATES).first()
+        if live is None:
+            candidate = Deployment.objects.get(
+                fleet__name="simfleet-b", artifact__version="v2", state="ready"
+            )
+            if route.baseline_id == candidate.pk:
+                self.stdout.write("The demo candidate is already in production.")
+                publish_snapshot()
+                return
+            manager = User.objects.get(username="release")
+            live = rollout_create(
+                actor=manager,
+                route=route,
+                candidate=candidate,
+                plan=DEMO_PLAN,
+                gates=SloGates(ttft_p95_ms=1000, tpot_p95_ms=100),
+            )
+            rollout_start(actor=manager, rollout_id=live.pk)
+        url = f"{settings.PUBLIC_WEB_URL}/rollouts/{live.pk}/"
+        self.stdout.write(f"Live canary: rollout {live.pk} of support-chat v2, watch it at {url}")
