@@ -212,5 +212,10 @@ LOGGING = {
         "django.request": {"level": "ERROR"},
         "django.server": {"level": "ERROR"},
         "celery": {"level": LOG_LEVEL},
+        # Beat ticks run tasks every second or two; their outcomes are counted in /metrics
+        # (tollgate_celery_tasks_total), and a log line each would bury everything else.
+        "celery.app.trace": {"level": "WARNING"},
+        "celery.worker.strategy": {"level": "WARNING"},
+        "celery.beat": {"level": "WARNING"},
     },
 }

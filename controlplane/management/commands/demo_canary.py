@@ -13,7 +13,7 @@ from tenants.models import User
 
 # Short bakes so a person watching sees every step within a few minutes.
 DEMO_PLAN = Plan(
-    steps=tuple(Step(weight=w, min_bake_s=20, min_samples=30) for w in (5, 25, 50, 100))
+    steps=tuple(Step(weight=w, min_bake_s=20, min_samples=20) for w in (5, 25, 50, 100))
 )
 
 

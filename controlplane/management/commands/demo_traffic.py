@@ -21,7 +21,7 @@ class Command(BaseCommand):
     help = "Sends demo traffic through the gateway (as tenant acme) until stopped."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--rate", type=float, default=8.0, help="requests per second")
+        parser.add_argument("--rate", type=float, default=20.0, help="requests per second")
 
     def handle(self, *args: Any, **options: Any) -> None:
         uvloop.run(self._run(options["rate"]))
