@@ -1,0 +1,420 @@
+"""The rollouts' pages: the list, a rollout's page (live while it runs), the manual controls and
+the create form. Every signed-in role reads rollouts; only release managers start or steer one.
+
+Each view renders the whole page, or with htmx only the fragment (a template partial) it swaps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Case, IntegerField, Value, When
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HTMX_STOP_POLLING
+
+from controlplane.errors import DomainError
+from controlplane.http import HtmxHttpRequest
+from registry.selectors import gates_check
+from rollouts import engine, selectors, services
+from rollouts.choices import LIVE_STATES, TERMINAL_STATES, RolloutState
+from rollouts.engine import ArmStats
+from rollouts.forms import (
+    RolloutActionForm,
+    RolloutCreateForm,
+    RolloutFilterForm,
+    candidate_deployments,
+)
+from rollouts.models import Deployment, Rollout
+from rollouts.plans import SloGates
+from tenants.models import User
+
+S = RolloutState
+PAGE_SIZE = 50
+# The rollout page polls this often while the rollout is live; the engine ticks every 2 s.
+POLL_EVERY = "2s"
+
+
+def _wants_fragment(request: HtmxHttpRequest) -> bool:
+    # A history restore (back button after htmx's cache is gone) needs the whole page.
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+def _is_release_manager(request: HtmxHttpRequest) -> bool:
+    return isinstance(request.user, User) and request.user.is_release_manager
+
+
+def _release_manager(request: HtmxHttpRequest) -> User:
+    user = request.user
+    if not isinstance(user, User) or not user.is_release_manager:
+        raise PermissionDenied("only release managers may start or steer a rollout")
+    return user
+
+
+def rollout_url(rollout: Rollout) -> str:
+    return reverse("rollouts:rollout-detail", args=[rollout.pk])
+
+
+# --- the list -------------------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def rollout_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Live rollouts first, then the rest newest first. The state tabs refresh only the rows with
+    htmx; without JS they are plain links to this URL."""
+    form = RolloutFilterForm(request.GET)
+    form.is_valid()  # an unknown filter is dropped and flagged
+    state = form.cleaned_data.get("state", "")
+    queryset = selectors.rollout_list(state="live" if state == "live" else "")
+    if state == "terminal":
+        queryset = queryset.filter(state__in=TERMINAL_STATES)
+    queryset = queryset.annotate(
+        ended=Case(
+            When(state__in=TERMINAL_STATES, then=Value(1)),
+            default=Value(0),
+            output_field=IntegerField(),
+        )
+    ).order_by("ended", "-created_at", "-id")
+    page = Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
+    context: dict[str, Any] = {
+        "form": form,
+        "page": page,
+        "state": state,
+        "tabs": [("", "All"), ("live", "Live"), ("terminal", "Ended")],
+        "live_states": LIVE_STATES,
+        "can_create": _is_release_manager(request),
+    }
+    template = "rollouts/rollout_list.html"
+    if _wants_fragment(request):
+        template += "#rollout-rows"
+    return render(request, template, context)
+
+
+# --- a rollout's page -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimelineStep:
+    number: int
+    weight: float
+    min_bake_s: int
+    min_samples: int
+    status: str  # done, current, stopped (where a rollout ended short of promotion) or todo
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """One SLO gate against the current step's samples of each arm."""
+
+    name: str
+    limit: str
+    baseline: str
+    canary: str
+    baseline_ok: bool | None  # None: no samples or no limit to judge by
+    canary_ok: bool | None
+
+
+def _timeline(rollout: Rollout) -> list[TimelineStep]:
+    current = rollout.step_index
+    rows = []
+    for index, step in enumerate(rollout.parsed_plan.steps):
+        if rollout.state == S.PROMOTED or index < current:
+            status = "done"
+        elif index == current and rollout.state in (S.RUNNING, S.PAUSED):
+            status = "current"
+        elif index == current and rollout.state in (S.ROLLED_BACK, S.ABORTED):
+            status = "stopped"
+        else:
+            status = "todo"
+        rows.append(TimelineStep(index + 1, step.weight, step.min_bake_s, step.min_samples, status))
+    return rows
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f} ms"
+
+
+def _gate_rows(stats: dict[str, ArmStats], gates: SloGates) -> list[GateRow]:
+    base, canary = stats["baseline"], stats["canary"]
+
+    def under(value: float | None, limit: float | None, samples: int) -> bool | None:
+        if not samples or value is None or limit is None:
+            return None
+        return value <= limit
+
+    return [
+        GateRow(
+            "Error rate",
+            f"≤ {gates.max_error_rate:.1%}",
+            f"{base.error_rate:.1%}",
+            f"{canary.error_rate:.1%}",
+            under(base.error_rate, gates.max_error_rate, base.samples),
+            under(canary.error_rate, gates.max_error_rate, canary.samples),
+        ),
+        GateRow(
+            "Timeout rate",
+            f"≤ {gates.max_timeout_rate:.1%}",
+            f"{base.timeout_rate:.1%}",
+            f"{canary.timeout_rate:.1%}",
+            under(base.timeout_rate, gates.max_timeout_rate, base.samples),
+            under(canary.timeout_rate, gates.max_timeout_rate, canary.samples),
+        ),
+        GateRow(
+            "TTFT p95",
+            f"≤ {gates.ttft_p95_ms:g} ms" if gates.ttft_p95_ms else "none",
+            _ms(base.ttft_p95_ms),
+            _ms(canary.ttft_p95_ms),
+            under(base.ttft_p95_ms, gates.ttft_p95_ms, base.samples),
+            under(canary.ttft_p95_ms, gates.ttft_p95_ms, canary.samples),
+        ),
+        GateRow(
+            "TPOT p95",
+            f"≤ {gates.tpot_p95_ms:g} ms" if gates.tpot_p95_ms else "none",
+            _ms(base.tpot_p95_ms),
+            _ms(canary.tpot_p95_ms),
+            under(base.tpot_p95_ms, gates.tpot_p95_ms, base.samples),
+            under(canary.tpot_p95_ms, gates.tpot_p95_ms, canary.samples),
+        ),
+    ]
+
+
+def allowed_actions(rollout: Rollout) -> list[str]:
+    """The manual actions that make sense in the rollout's state, in the order they are shown.
+    The service is still the judge: the state may change between the page and the post."""
+    if rollout.state == S.RUNNING:
+        actions = ["pause"]
+        if rollout.step_index + 1 < len(rollout.parsed_plan.steps):
+            actions.append("skip")
+        return [*actions, "promote", "rollback", "abort"]
+    if rollout.state == S.PAUSED:
+        return ["resume", "promote", "rollback", "abort"]
+    if rollout.state in (S.PENDING, S.PREFLIGHT):
+        return ["abort"]
+    return []
+
+
+ACTION_LABELS = {
+    "pause": "Pause",
+    "resume": "Resume",
+    "skip": "Skip to next step",
+    "promote": "Promote now",
+    "rollback": "Roll back",
+    "abort": "Abort",
+}
+
+
+def _marker(rollout: Rollout) -> str:
+    """What the controls were drawn for: a poll that finds something else redraws them."""
+    return f"{rollout.state}:{rollout.step_index}"
+
+
+def _rollout_or_404(rollout_id: int) -> Rollout:
+    rollout = (
+        Rollout.objects.select_related(
+            "route",
+            "baseline__artifact",
+            "baseline__fleet",
+            "candidate__artifact",
+            "candidate__fleet",
+            "created_by",
+        )
+        .filter(pk=rollout_id)
+        .first()
+    )
+    if rollout is None:
+        raise Http404(f"rollout {rollout_id} does not exist")
+    return rollout
+
+
+def _live_context(rollout: Rollout, now: dt.datetime) -> dict[str, Any]:
+    plan = rollout.parsed_plan
+    gates = rollout.parsed_gates
+    stats = selectors.step_stats(rollout)
+    decision = None
+    if rollout.state == S.RUNNING:
+        # Read-only: what the next tick would do with the samples so far. The tick decides.
+        decision = engine.decide(rollout, now=now)
+    baked_s = None
+    if rollout.step_started_at is not None and rollout.state in LIVE_STATES:
+        baked_s = max(0.0, (now - rollout.step_started_at).total_seconds())
+    step = plan.steps[rollout.step_index]
+    events = list(rollout.events.order_by("-created_at", "-id"))
+    return {
+        "rollout": rollout,
+        "is_live": rollout.state not in TERMINAL_STATES,
+        "poll_every": POLL_EVERY,
+        "marker": _marker(rollout),
+        "timeline": _timeline(rollout),
+        "step": step,
+        "step_number": rollout.step_index + 1,
+        "step_count": len(plan.steps),
+        "canary_weight": rollout.current_weight,
+        "baseline_weight": 100.0 - rollout.current_weight,
+        "stats": stats,
+        "gate_rows": _gate_rows(stats, gates) if stats else [],
+        "gates": gates,
+        "baked_s": baked_s,
+        "decision": decision,
+        "relative_judgment": engine.relative_judgment(rollout),
+        "final_event": events[0] if events and rollout.state in TERMINAL_STATES else None,
+        "events": events,
+    }
+
+
+def _controls_context(
+    request: HtmxHttpRequest, rollout: Rollout, form: RolloutActionForm | None = None
+) -> dict[str, Any]:
+    may_steer = _is_release_manager(request)
+    actions = allowed_actions(rollout) if may_steer else []
+    return {
+        "may_steer": may_steer,
+        "actions": [(name, ACTION_LABELS[name]) for name in actions],
+        "action_form": form or RolloutActionForm(),
+    }
+
+
+def _page_context(
+    request: HtmxHttpRequest, rollout: Rollout, form: RolloutActionForm | None = None
+) -> dict[str, Any]:
+    return _live_context(rollout, timezone.now()) | _controls_context(request, rollout, form)
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def rollout_detail(request: HtmxHttpRequest, rollout_id: int) -> HttpResponse:
+    """The page; with htmx, the live part it polls. A poll that finds the rollout ended answers
+    286 with the final fragment, which htmx swaps in and then stops polling."""
+    rollout = _rollout_or_404(rollout_id)
+    if not _wants_fragment(request):
+        return render(request, "rollouts/rollout_detail.html", _page_context(request, rollout))
+    context = _live_context(rollout, timezone.now())
+    # The controls sit outside the polled part so a reason being typed survives each poll; they
+    # are redrawn out of band only when the state or step changed under them.
+    if request.GET.get("seen") != context["marker"]:
+        context |= _controls_context(request, rollout) | {"controls_oob": True}
+    response = render(request, "rollouts/rollout_detail.html#rollout-live", context)
+    if rollout.state in TERMINAL_STATES:
+        response.status_code = HTMX_STOP_POLLING
+    return response
+
+
+@require_POST
+@login_required
+def rollout_action(request: HtmxHttpRequest, rollout_id: int) -> HttpResponse:
+    """Pause, resume, skip, promote, roll back or abort, with a reason. With htmx the answer is
+    the whole page body, since the state, timeline, weights, log and controls all change."""
+    actor = _release_manager(request)
+    rollout = _rollout_or_404(rollout_id)
+    form = RolloutActionForm(request.POST)
+    ok = False
+    if form.is_valid():
+        action = form.cleaned_data["action"]
+        try:
+            services.rollout_control(
+                actor=actor,
+                rollout_id=rollout.pk,
+                action=action,
+                reason=form.cleaned_data["reason"],
+            )
+        except DomainError as exc:
+            messages.error(request, str(exc))
+        else:
+            ok = True
+            messages.success(request, f"{ACTION_LABELS[action]}: done.")
+    if not _wants_fragment(request):
+        if ok:
+            return redirect(rollout_url(rollout))
+        rollout = _rollout_or_404(rollout_id)
+        context = _page_context(request, rollout, form)
+        return render(request, "rollouts/rollout_detail.html", context, status=400)
+    rollout = _rollout_or_404(rollout_id)
+    context = _page_context(request, rollout, None if ok else form)
+    return render(request, "rollouts/rollout_detail.html#rollout-page", context)
+
+
+# --- creating one ---------------------------------------------------------------------------------
+
+
+def _gates_context(candidate: Deployment | None) -> dict[str, Any]:
+    if candidate is None:
+        return {"candidate": None, "needs_override": False}
+    report = gates_check(candidate.artifact)
+    overridden = not report.passed and candidate.artifact.overrides.exists()
+    return {
+        "candidate": candidate,
+        "gate_report": report,
+        "overridden": overridden,
+        "needs_override": not report.passed and not overridden,
+    }
+
+
+def _chosen(value: str | None) -> Deployment | None:
+    if not value or not value.isdigit():
+        return None
+    return candidate_deployments().filter(pk=int(value)).first()
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@vary_on_headers("HX-Request")
+def rollout_create(request: HtmxHttpRequest) -> HttpResponse:
+    """Route, candidate and plan. Choosing the candidate shows its promotion gates (with htmx at
+    once, without it through the 'Check gates' button) before the create button appears; failing
+    gates need a written override."""
+    actor = _release_manager(request)
+    template = "rollouts/rollout_create.html"
+    data = request.POST if request.method == "POST" else request.GET
+    if request.method == "GET" or "check" in data:
+        # Not a submission: the form is drawn from what was chosen so far, without errors.
+        form = RolloutCreateForm(initial=data.dict())
+        context: dict[str, Any] = {"form": form, **_gates_context(_chosen(data.get("candidate")))}
+        if _wants_fragment(request):
+            template += "#candidate-gates"
+        return render(request, template, context)
+
+    form = RolloutCreateForm(request.POST)
+    valid = form.is_valid()
+    context = {"form": form, **_gates_context(form.cleaned_data.get("candidate"))}
+    override = form.cleaned_data.get("override_reason", "").strip()
+    if valid and context["needs_override"] and not override:
+        form.add_error(
+            "override_reason",
+            "The candidate fails its promotion gates: say why it may roll out anyway.",
+        )
+        valid = False
+    if valid:
+        try:
+            rollout = services.rollout_create(
+                actor=actor,
+                route=form.cleaned_data["route"],
+                candidate=form.cleaned_data["candidate"],
+                plan=form.cleaned_data["plan"],
+                # A written override is recorded against the artifact: only when one is needed.
+                override_reason=override if context["needs_override"] else "",
+            )
+        except DomainError as exc:
+            form.add_error(None, str(exc))
+        else:
+            try:
+                services.rollout_start(actor=actor, rollout_id=rollout.pk)
+            except DomainError as exc:
+                messages.error(
+                    request, f"Rollout {rollout.pk} was created but did not start: {exc}"
+                )
+            else:
+                messages.success(request, f"Rollout {rollout.pk} started.")
+            return redirect(rollout_url(rollout))
+    return render(request, template, context, status=400)
