@@ -46,7 +46,10 @@ class RolloutState(models.TextChoices):
 
 
 # Named groups, so code asks "is it live?" rather than listing states.
-LIVE_STATES = frozenset({RolloutState.PREFLIGHT, RolloutState.RUNNING, RolloutState.PAUSED})
+# Live: not over yet (a route has at most one). Pending counts: it holds the route's slot.
+LIVE_STATES = frozenset(
+    {RolloutState.PENDING, RolloutState.PREFLIGHT, RolloutState.RUNNING, RolloutState.PAUSED}
+)
 TERMINAL_STATES = frozenset(
     {RolloutState.PROMOTED, RolloutState.ROLLED_BACK, RolloutState.ABORTED, RolloutState.FAILED}
 )

@@ -14,7 +14,7 @@ from controlplane.audit import audit_record
 from controlplane.errors import Conflict, DomainError, NotFound, PermissionDenied
 from registry.selectors import gates_cleared
 from registry.services import alias_move, gate_override
-from rollouts.choices import DeploymentState, RolloutState
+from rollouts.choices import LIVE_STATES, DeploymentState, RolloutState
 from rollouts.models import Deployment, Replica, Rollout, RolloutEvent, Route, Webhook
 from rollouts.plans import DEFAULT_PLAN, Plan, SloGates
 from tenants.models import User
@@ -72,15 +72,11 @@ def rollout_create(
         created_by=actor,
     )
     with transaction.atomic():
-        if Rollout.objects.filter(route=route, state__in=_live()).exists():
+        if Rollout.objects.filter(route=route, state__in=LIVE_STATES).exists():
             raise Conflict(f"{route} already has a live rollout")
         rollout.save()
         audit_record(actor=actor, action="rollout.created", target=rollout)
     return rollout
-
-
-def _live() -> list[str]:
-    return [S.PENDING, S.PREFLIGHT, S.RUNNING, S.PAUSED]
 
 
 def rollout_transition(
