@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from registry.choices import Relation
-from registry.models import ModelArtifact
-from registry.selectors import Edge, Lineage
+from registry.selectors import Edge, Lineage, Named
 
 BOX_WIDTH = 200
 BOX_HEIGHT = 44
@@ -136,7 +135,7 @@ def layout(
     lineage: Lineage,
     *,
     aliases: Callable[[set[int]], dict[int, list[str]]],
-    href: Callable[[ModelArtifact], str],
+    href: Callable[[Named], str],
 ) -> Graph:
     """`aliases` reads the alias names pointing at the artifacts drawn (any family's), by id:
     it is called once, with only the boxes that made the cut."""

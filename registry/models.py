@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Upper
 
 from registry.choices import ArtifactFormat, EvalSource, Relation
 
@@ -36,6 +38,18 @@ class ModelArtifact(models.Model):
         indexes = [
             models.Index(fields=["digest"]),
             models.Index(fields=["-created_at"]),
+            # The list's search is `icontains` (UPPER(column) LIKE UPPER('%text%')) on these:
+            # trigram indexes on the same expressions answer it without reading every row.
+            # Without fastupdate, as artifacts are registered rarely: a search never has to read
+            # a pending list of new entries that only a vacuum would fold into the index.
+            *(
+                GinIndex(
+                    OpClass(Upper(name), name="gin_trgm_ops"),
+                    name=f"artifact_{name}_trgm",
+                    fastupdate=False,
+                )
+                for name in ("family", "version", "uri")
+            ),
         ]
 
     def __str__(self) -> str:

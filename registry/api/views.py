@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.errors import DomainError
+from controlplane.errors import DomainError, NotFound
 from registry import selectors, services
 from registry.api import serializers as s
 from registry.choices import EvalSource, Relation
@@ -85,7 +85,15 @@ class ArtifactsView(ListAPIView[ModelArtifact]):
 class ArtifactDetailView(RegistryView):
     @extend_schema(responses=s.ArtifactOutput, operation_id="registry_artifact_get")
     def get(self, request: Request, family: str, version: str) -> Response:
-        artifact = services.artifact_get(family=family, version=version)
+        # The list's queryset, narrowed to one: its creator and aliases come with it.
+        artifact = (
+            selectors.artifact_list()
+            .select_related("created_by")
+            .filter(family=family, version=version)
+            .first()
+        )
+        if artifact is None:
+            raise NotFound(f"no artifact {family}:{version} is registered")
         return Response(s.ArtifactOutput(artifact).data)
 
 
@@ -123,15 +131,18 @@ def _lineage_response(artifact: ModelArtifact, depth: int) -> Response:
     walk = selectors.lineage(artifact, max_depth=depth)
     names = {pk: str(a) for pk, a in walk.artifacts.items()}
 
+    # The body is built as LineageOutput describes it (strings and an int), not through it: a full
+    # walk of a dense lineage has tens of thousands of edges, and a serializer field per value
+    # costs more than the walk itself.
     def edges(items: list[selectors.Edge]) -> list[dict[str, Any]]:
         return [
             {
-                "child": names[e.child_id],
-                "parent": names[e.parent_id],
-                "relation": e.relation,
-                "depth": e.depth,
+                "child": names[child_id],
+                "parent": names[parent_id],
+                "relation": relation,
+                "depth": depth,
             }
-            for e in items
+            for child_id, parent_id, relation, depth in items
         ]
 
     body = {
@@ -139,7 +150,7 @@ def _lineage_response(artifact: ModelArtifact, depth: int) -> Response:
         "ancestors": edges(walk.ancestors),
         "descendants": edges(walk.descendants),
     }
-    return Response(s.LineageOutput(body).data)
+    return Response(body)
 
 
 def _parent(family: str, version: str) -> ModelArtifact:

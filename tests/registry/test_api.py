@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pytest_django import DjangoAssertNumQueries
 from rest_framework.test import APIClient
 
 from registry.models import EvalScore, ModelArtifact
+from registry.services import alias_move
 from tenants.choices import Scope
 from tenants.models import User
 from tenants.services import api_token_create
@@ -216,3 +218,26 @@ def test_unknown_artifacts_are_404s(api_client: APIClient, viewer: User) -> None
     response = api_client.get(f"{BASE}/artifacts/support-chat/v404")
     assert response.status_code == 404
     assert response.json()["detail"] == "no artifact support-chat:v404 is registered"
+
+
+@pytest.mark.parametrize("artifacts", [1, 30])
+def test_the_list_and_detail_query_counts_are_pinned(
+    api_client: APIClient,
+    viewer: User,
+    ci_user: User,
+    django_assert_num_queries: DjangoAssertNumQueries,
+    artifacts: int,
+) -> None:
+    for i in range(artifacts):
+        artifact = register(version=f"v{i}")
+        alias_move(
+            actor=ci_user, family="support-chat", name=f"pin-{i}", artifact=artifact, reason="pin"
+        )
+    ModelArtifact.objects.update(created_by=ci_user)
+    api_client.force_login(viewer)
+    # session, user; count, page, aliases
+    with django_assert_num_queries(5):
+        assert api_client.get(f"{BASE}/artifacts").status_code == 200
+    # session, user; the artifact with its creator, its aliases
+    with django_assert_num_queries(4):
+        assert api_client.get(f"{BASE}/artifacts/support-chat/v0").status_code == 200

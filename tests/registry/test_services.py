@@ -16,7 +16,13 @@ from controlplane.models import AuditEvent
 from registry.choices import EvalSource, Relation, Verdict
 from registry.evals import parse_lm_eval, parse_score_list
 from registry.models import Alias, AliasMove, EvalRun, EvalScore, LineageEdge, ModelArtifact
-from registry.selectors import gates_check, gates_cleared, lineage, score_comparison
+from registry.selectors import (
+    NEAR_DEPTH,
+    gates_check,
+    gates_cleared,
+    lineage,
+    score_comparison,
+)
 from registry.services import (
     GateSpec,
     ParentLink,
@@ -84,8 +90,8 @@ def test_lineage_walks_ancestors_and_descendants_to_any_depth(db: None) -> None:
     assert len(walk.ancestors) == 30
     assert len(walk.descendants) == 29
     assert max(e.depth for e in walk.ancestors) == 30
-    # Two recursive queries and one fetch of the rows, whatever the depth.
-    assert len(queries) == 3
+    # One query, both directions and the rows, whatever the depth.
+    assert len(queries) == 1
 
 
 def test_a_cycle_is_rejected_and_nothing_is_written(db: None) -> None:
@@ -359,3 +365,28 @@ def test_a_dense_lineage_is_walked_by_artifact_not_by_path(db: None) -> None:
     assert depths[(nodes[41].pk, nodes[40].pk)] == 1
     # n2 is 20 hops from n41 when going two at a time; its own parent edge is one further.
     assert depths[(nodes[2].pk, nodes[0].pk)] == 21
+
+
+@pytest.mark.parametrize("max_depth", [1, 2, 4, NEAR_DEPTH])
+def test_a_short_walk_stops_in_the_query_and_matches_the_full_walk(
+    db: None, max_depth: int
+) -> None:
+    # A dense graph both ways from the middle: each artifact merges the two before it.
+    nodes = [register(version=f"n{i}") for i in range(24)]
+    for i in range(2, 24):
+        lineage_add(
+            actor=None,
+            child=nodes[i],
+            links=[
+                ParentLink(nodes[i - 1], Relation.MERGE),
+                ParentLink(nodes[i - 2], Relation.MERGE),
+            ],
+        )
+    full = lineage(nodes[12])
+    short = lineage(nodes[12], max_depth=max_depth)
+    for got, every in ((short.ancestors, full.ancestors), (short.descendants, full.descendants)):
+        assert sorted(got) == sorted(e for e in every if e.depth <= max_depth)
+    drawn = {nodes[12].pk} | {e.parent_id for e in short.ancestors}
+    drawn |= {e.child_id for e in short.descendants}
+    assert set(short.artifacts) == drawn
+    assert str(short.artifacts[nodes[11].pk]) == "support-chat:n11"

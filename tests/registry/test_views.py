@@ -434,10 +434,10 @@ def test_the_artifact_page_query_count_is_pinned(
         LineageEdgeFactory.create(child=family.base, parent=grand, relation=Relation.DISTILLED)
         scores(family.v4, *[(f"task_{n}", 0.5, 0.01) for n in range(20)])
     client.force_login(release_manager)
-    # session, user, artifact; lineage: up, down, rows; aliases; comparison: parent, production,
-    # three score reads; gates: gates, scores, production, its scores; history. (gates_check
-    # reads again three things score_comparison has just read.)
-    with django_assert_num_queries(17):
+    # session, user, artifact; lineage (both ways and the rows in one); aliases; comparison:
+    # parent, production, the scores of all three; gates: gates, production, the scores of both;
+    # history. (gates_check reads again two things score_comparison has just read.)
+    with django_assert_num_queries(12):
         assert client.get("/registry/support-chat/v4/").status_code == 200
 
 
