@@ -46,3 +46,11 @@ class JsonFormatter(_BaseJsonFormatter):
         kwargs.setdefault("rename_fields", {"levelname": "level", "name": "logger"})
         kwargs.setdefault("timestamp", "time")  # ISO 8601 in UTC
         super().__init__(*args, **kwargs)
+
+
+class RoutineBeatFilter(logging.Filter):
+    """Drops beat's "Sending due task" line: with ticks every second or two it would be most of
+    the log, and each task's outcome is counted in /metrics anyway."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Scheduler: Sending due task")

@@ -200,7 +200,10 @@ CELERY_BEAT_SCHEDULE = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "controlplane.logging.ContextFilter"}},
+    "filters": {
+        "context": {"()": "controlplane.logging.ContextFilter"},
+        "routine_beat": {"()": "controlplane.logging.RoutineBeatFilter"},
+    },
     "formatters": {"json": {"()": "controlplane.logging.JsonFormatter"}},
     "handlers": {
         "stdout": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["context"]},
@@ -216,6 +219,6 @@ LOGGING = {
         # (tollgate_celery_tasks_total), and a log line each would bury everything else.
         "celery.app.trace": {"level": "WARNING"},
         "celery.worker.strategy": {"level": "WARNING"},
-        "celery.beat": {"level": "WARNING"},
+        "celery.beat": {"filters": ["routine_beat"]},
     },
 }

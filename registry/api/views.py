@@ -101,11 +101,20 @@ class LineageView(RegistryView):
     @extend_schema(
         responses=s.LineageOutput,
         operation_id="registry_lineage_get",
-        parameters=[OpenApiParameter("depth", int, description="generations (default: all)")],
+        parameters=[
+            OpenApiParameter(
+                "depth",
+                int,
+                description=f"generations each way (default {selectors.NEAR_DEPTH}, "
+                f"at most {selectors.MAX_DEPTH})",
+            )
+        ],
     )
     def get(self, request: Request, family: str, version: str) -> Response:
         artifact = services.artifact_get(family=family, version=version)
-        raw_depth = request.query_params.get("depth", str(selectors.MAX_DEPTH))
+        # A dense graph's whole lineage can be tens of thousands of edges: the default answers
+        # the usual question (where did this come from, what came of it) fast; ask for more.
+        raw_depth = request.query_params.get("depth", str(selectors.NEAR_DEPTH))
         if not raw_depth.isdigit() or int(raw_depth) < 1:
             raise DomainError("depth must be a positive integer")
         return _lineage_response(artifact, min(int(raw_depth), selectors.MAX_DEPTH))
@@ -124,7 +133,7 @@ class LineageView(RegistryView):
             for p in data.validated_data["parents"]
         ]
         services.lineage_add(actor=self.actor(request), child=child, links=links)
-        return _lineage_response(child, selectors.MAX_DEPTH)
+        return _lineage_response(child, selectors.NEAR_DEPTH)
 
 
 def _lineage_response(artifact: ModelArtifact, depth: int) -> Response:
@@ -174,7 +183,7 @@ class ModelCardView(RegistryView):
         services.lineage_import_model_card(
             actor=self.actor(request), child=child, card=data.validated_data["card"]
         )
-        return _lineage_response(child, selectors.MAX_DEPTH)
+        return _lineage_response(child, selectors.NEAR_DEPTH)
 
 
 class LenientJSONParser(JSONParser):
