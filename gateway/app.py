@@ -351,7 +351,7 @@ class GatewayApp:
             self.in_flight[dep.id] / (dep.max_in_flight_per_replica * healthy),
         )
         if pressure >= headroom:
-            measure.REJECTIONS.labels(call.route.name, call.tenant.slug, "shed").inc()
+            self._record_rejection(call, 503, "shed")
             raise GatewayError(
                 503,
                 f"The model is at capacity; {call.tenant.tier}-tier traffic is shed first. "
@@ -375,7 +375,7 @@ class GatewayApp:
             if call.tenant.fail_mode == "open":
                 logger.warning("budget store away (%r): %s fails open", exc, call.tenant.slug)
                 return
-            measure.REJECTIONS.labels(call.route.name, call.tenant.slug, "budget_store").inc()
+            self._record_rejection(call, 503, "budget_store")
             raise GatewayError(
                 503,
                 "Budgets cannot be checked right now and this tenant fails closed. Retry shortly.",
@@ -384,7 +384,7 @@ class GatewayApp:
                 retry_after_s=5,
             ) from exc
         if isinstance(result, Refusal):
-            measure.REJECTIONS.labels(call.route.name, call.tenant.slug, result.limit).inc()
+            self._record_rejection(call, 429, result.limit)
             raise GatewayError(
                 429,
                 f"Rate limit reached for this tenant: {result.limit.replace('_', ' ')}. "
@@ -502,6 +502,36 @@ class GatewayApp:
         await self._json(send, 200, answer)
 
     # --- after the response -------------------------------------------------------------------
+
+    def _record_rejection(self, call: Call, status: int, reason: str) -> None:
+        """Counts a refusal and records it on the samples stream, so that usage accounting and
+        the judge see rejections by reason and by arm."""
+        measure.REJECTIONS.labels(call.route.name, call.tenant.slug, reason).inc()
+        sample = measure.Sample(
+            ts=call.arrival,
+            rid=call.request_id,
+            route=call.route.name,
+            arm=call.arm.name,
+            dep=call.deployment.id,
+            rollout=call.route.rollout_id,
+            tenant=call.tenant.slug,
+            replica="",
+            status=status,
+            finish="rejected",
+            pt=call.prompt_estimate,
+            ot=0,
+            ttft_ms=None,
+            tpot_ms=None,
+            e2e_ms=_ms(time.monotonic() - call.started),
+            tool=None,
+            conc=call.concurrency,
+            stream=call.client_streams,
+            cost=0.0,
+            reason=reason,
+        )
+        task = asyncio.get_running_loop().create_task(self.samples.write(sample))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _finish_in_background(self, call: Call, progress: Progress) -> None:
         task = asyncio.get_running_loop().create_task(self._finish(call, progress))

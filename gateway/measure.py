@@ -98,6 +98,9 @@ class Sample:
     conc: int  # requests this gateway process had in flight to the deployment at start
     stream: bool
     cost: float  # dollars, from the deployment's unit cost
+    # Why the gateway refused the request before it reached a replica (finish "rejected"): the
+    # budget limit that fired, "shed" or "budget_store"; None for requests that were served.
+    reason: str | None = None
 
 
 def observe(sample: Sample) -> None:

@@ -56,12 +56,13 @@ SELECT count(*),
        percentile_cont(0.95) WITHIN GROUP (ORDER BY ttft_ms),
        percentile_cont(0.95) WITHIN GROUP (ORDER BY tpot_ms)
 FROM evaluation_requestsample
-WHERE rollout_id = %s AND arm = %s AND ts >= %s AND status <> 499
+WHERE rollout_id = %s AND arm = %s AND ts >= %s AND status <> 499 AND finish <> 'rejected'
 """
 
 
 def arm_stats(rollout_id: int, arm: str, since: dt.datetime) -> ArmStats:
-    """Client disconnects (499) say nothing about the model and are left out."""
+    """Client disconnects (499) and requests the gateway refused say nothing about the model and
+    are left out."""
     with connection.cursor() as cursor:
         cursor.execute(_STATS, [str(rollout_id), arm, since])
         samples, errors, timeouts, ttft, tpot = cursor.fetchone()

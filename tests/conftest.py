@@ -93,7 +93,7 @@ def api_client() -> APIClient:
 
 @pytest.fixture
 def redis_client() -> Iterator[redis.Redis]:
-    """The test Redis database (15), emptied before and after each test that uses it."""
+    """The test Redis database (15 unless REDIS_URL names another), emptied around each test."""
     client = get_redis()
     client.flushdb()
     yield client

@@ -1,7 +1,8 @@
 """Settings for the test suite: the real ones, with test defaults for the environment.
 
 Tests use Redis database 15 so that they never touch the data (or the Celery queue) of a stack
-started with `make up` on the same machine.
+started with `make up` on the same machine. Two runs can share a machine when each sets its own
+REDIS_URL (another database number) and TEST_DATABASE_NAME.
 """
 
 import os
@@ -19,3 +20,6 @@ WHITENOISE_AUTOREFRESH = True
 # Live-server threads must not keep connections open past their request, or the test database
 # cannot be dropped at the end of the run.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+# Side-by-side runs on one machine each name their own test database.
+if os.environ.get("TEST_DATABASE_NAME"):
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["TEST_DATABASE_NAME"]}  # noqa: F405

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import time
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
+import redis
 
 from gateway.snapshot import Budget, Deployment
 from tests.gateway.conftest import (
@@ -63,6 +66,24 @@ def test_lower_tiers_are_shed_first_when_a_deployment_is_saturated(
     assert headers["retry-after"] == "2"
     assert "batch-tier traffic is shed first" in str(body)
     assert post(gateway, chat_body(), key=ACME_KEY)[0] == 200  # the top tier still passes
+    # The refusal is on the samples stream, with its reason, for usage accounting and the judge.
+    records = [orjson.loads(f[b"r"]) for _, f in _stream(redis_url)]
+    refused = [r for r in records if r["tenant"] == "globex"]
+    assert len(refused) == 1
+    assert refused[0] | {"rid": None, "ts": None, "e2e_ms": None, "pt": None, "conc": None} == {
+        **refused[0], "rid": None, "ts": None, "e2e_ms": None, "pt": None, "conc": None,
+        "status": 503, "finish": "rejected", "reason": "shed", "arm": "baseline", "ot": 0,
+    }  # fmt: skip
+    served = [r for r in records if r["tenant"] == "acme"]
+    assert [(r["status"], r["reason"]) for r in served] == [(200, None)]
+
+
+def _stream(redis_url: str) -> Any:
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and client.xlen("tollgate:samples") < 2:
+        time.sleep(0.05)
+    return client.xrange("tollgate:samples")
 
 
 def test_standard_tier_is_shed_only_past_the_headroom(
