@@ -215,7 +215,20 @@ class GatewayApp:
         payload = parse_body(await self._read_body(receive))
         validate(payload, chat=chat)
         route = self._resolve_route(snapshot, key, tenant, payload["model"])
-        call = self._plan(scope, snapshot, key, tenant, route, payload, chat, arrival, started)
+        fallback = self._soft_limit_route(snapshot, tenant) if tenant.over_soft_limit else None
+        call = self._plan(
+            scope, snapshot, key, tenant, fallback or route, payload, chat, arrival, started
+        )
+        if tenant.over_soft_limit and fallback is None:
+            self._record_rejection(call, 429, "soft_limit")
+            raise GatewayError(
+                429,
+                "This tenant is past the soft limit of its daily or monthly tokens; requests are "
+                "refused until usage falls back under it. Ask a tenant admin to raise the budget.",
+                error_type="rate_limit_error",
+                code="soft_limit",
+                retry_after_s=60,
+            )
         self._shed_if_saturated(call)
         await self._admit(call)
         progress = Progress()
@@ -247,6 +260,17 @@ class GatewayApp:
             chunks.append(chunk)
             if not message.get("more_body"):
                 return b"".join(chunks)
+
+    def _soft_limit_route(self, snapshot: Snapshot, tenant: Tenant) -> Route | None:
+        """The cheaper route a tenant past its soft limit is served on, or None to refuse.
+        An administrator chose it, so a key's own route list does not apply; the tenant must
+        still be allowed on it."""
+        fallback = snapshot.routes.get(tenant.budget.soft_limit_route or "")
+        if tenant.budget.soft_limit_action != "route" or fallback is None:
+            return None
+        if fallback.tenant_ids and tenant.id not in fallback.tenant_ids:
+            return None
+        return fallback
 
     def _resolve_route(self, snapshot: Snapshot, key: ApiKey, tenant: Tenant, name: str) -> Route:
         route = snapshot.routes.get(name)

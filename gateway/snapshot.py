@@ -37,6 +37,10 @@ class Budget(Frozen):
     over_max_output: Literal["clamp", "reject"] = "clamp"
     # Output allowance reserved when a request names no max_tokens.
     default_output_allowance: Annotated[int, Field(ge=1)] = 1024
+    # Past the soft limit (the control plane sets Tenant.over_soft_limit): refuse requests, or
+    # send them to a cheaper route.
+    soft_limit_action: Literal["reject", "route"] = "reject"
+    soft_limit_route: str | None = None
 
 
 class Tenant(Frozen):
@@ -45,6 +49,8 @@ class Tenant(Frozen):
     tier: Literal["critical", "standard", "batch"] = "standard"
     fail_mode: Literal["open", "closed"] = "closed"
     budget: Budget = Budget()
+    # Set by the control plane while the tenant's day or month usage is past its soft limit.
+    over_soft_limit: bool = False
 
 
 class ApiKey(Frozen):
@@ -127,6 +133,10 @@ class Snapshot(Frozen):
                 raise ValueError(f"key {key.prefix}… names unknown tenant {key.tenant_id!r}")
             if len(key_hash) != 64:
                 raise ValueError(f"key {key.prefix}… is not indexed by a sha256 hex digest")
+        for tenant in self.tenants.values():
+            fallback = tenant.budget.soft_limit_route
+            if fallback is not None and fallback not in self.routes:
+                raise ValueError(f"tenant {tenant.slug!r} soft-limit route {fallback!r} is unknown")
         for route in self.routes.values():
             for arm in route.arms:
                 if arm.deployment_id not in self.deployments:

@@ -16,6 +16,7 @@ from gateway.snapshot import Budget, Deployment
 from tests.gateway.conftest import (
     ACME_KEY,
     GLOBEX_KEY,
+    ROUTE,
     GatewayLauncher,
     GatewayProcess,
     auth,
@@ -220,3 +221,39 @@ def test_an_unasked_allowance_is_fitted_to_the_models_context(
     del body["max_tokens"]
     status, answer, _ = post(gateway, body)
     assert status == 200, answer
+
+
+def test_a_tenant_past_its_soft_limit_is_refused_or_sent_to_the_cheaper_route(
+    gateways: GatewayLauncher, fleet: Fleet, redis_url: str
+) -> None:
+    gateway = gateways.start(redis_url=redis_url)
+    snapshot = make_snapshot(fleet.urls[:1])
+    cheap = snapshot.routes[ROUTE].model_copy(
+        update={"name": "cheap", "salt": "", "rollout_id": None}
+    )
+    rerouted = Budget(soft_limit_action="route", soft_limit_route="cheap")
+    tenants = {
+        # acme is past its soft limit and its budget names the cheaper route; globex refuses.
+        "acme": snapshot.tenants["acme"].model_copy(
+            update={"over_soft_limit": True, "budget": rerouted}
+        ),
+        "globex": snapshot.tenants["globex"].model_copy(update={"over_soft_limit": True}),
+    }
+    snapshot = snapshot.model_copy(
+        update={"tenants": tenants, "routes": {**snapshot.routes, "cheap": cheap}}
+    )
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+
+    status, body, _ = post(gateway, chat_body(), key=ACME_KEY)
+    assert (status, body["model"]) == (200, "cheap")
+
+    status, body, headers = post(gateway, chat_body(), key=GLOBEX_KEY)
+    assert status == 429
+    assert body["error"]["code"] == "soft_limit"  # type: ignore[index]
+    assert headers["retry-after"] == "60"
+    refused = [orjson.loads(f[b"r"]) for _, f in _stream(redis_url)]
+    assert [(r["tenant"], r["route"], r["reason"]) for r in refused] == [
+        ("acme", "cheap", None),
+        ("globex", ROUTE, "soft_limit"),
+    ]
