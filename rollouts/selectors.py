@@ -1,18 +1,61 @@
-"""Reads of rollouts, for the API and the UI."""
+"""Reads of rollouts, for the API and the UI. Everything a person may see passes through
+`visible_routes`: the one place that decides which routes, rollouts and deployments a role reads.
+"""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.contrib.auth.models import AnonymousUser
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from rollouts.choices import LIVE_STATES
 from rollouts.engine import ArmStats, arm_stats
-from rollouts.models import Rollout
+from rollouts.models import Deployment, Rollout, Route
+from tenants.choices import Role
+from tenants.models import User
+
+RouteTenant = Route.tenants.through
 
 
-def rollout_list(*, state: str = "", route: str = "") -> QuerySet[Rollout]:
-    queryset = Rollout.objects.select_related(
-        "route", "candidate__artifact", "baseline__artifact"
-    ).order_by("-created_at")
+def visible_routes(user: User | AnonymousUser) -> QuerySet[Route]:
+    """Release managers and viewers read every route. A tenant admin reads the routes open to
+    every tenant (no tenants named) and those naming their own tenant; a route restricted to
+    other tenants does not exist for them (404, not 403, so its name does not leak)."""
+    if not isinstance(user, User) or not user.is_active:
+        return Route.objects.none()
+    if user.role in (Role.RELEASE_MANAGER, Role.VIEWER):
+        return Route.objects.all()
+    if user.role == Role.TENANT_ADMIN and user.tenant_id is not None:
+        restricted = RouteTenant.objects.filter(route_id=OuterRef("pk"))
+        mine = restricted.filter(tenant_id=user.tenant_id)
+        return Route.objects.filter(~Exists(restricted) | Exists(mine))
+    # A role this function does not know sees nothing, rather than everything.
+    return Route.objects.none()
+
+
+def visible_rollouts(user: User | AnonymousUser) -> QuerySet[Rollout]:
+    return Rollout.objects.filter(route__in=visible_routes(user))
+
+
+def visible_deployments(user: User | AnonymousUser) -> QuerySet[Deployment]:
+    """Deployments that serve, served or were tried on a route the user may see."""
+    routes = visible_routes(user)
+    rollouts = visible_rollouts(user)
+    return Deployment.objects.filter(
+        Q(pk__in=routes.values("baseline"))
+        | Q(pk__in=routes.exclude(canary=None).values("canary"))
+        | Q(pk__in=rollouts.values("baseline"))
+        | Q(pk__in=rollouts.values("candidate"))
+    )
+
+
+def rollout_list(
+    *, user: User | AnonymousUser, state: str = "", route: str = ""
+) -> QuerySet[Rollout]:
+    queryset = (
+        visible_rollouts(user)
+        .select_related("route", "candidate__artifact", "baseline__artifact")
+        .order_by("-created_at")
+    )
     if state == "live":
         queryset = queryset.filter(state__in=LIVE_STATES)
     elif state:

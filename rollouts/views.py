@@ -1,5 +1,6 @@
 """The rollouts' pages: the list, a rollout's page (live while it runs), the manual controls and
-the create form. Every signed-in role reads rollouts; only release managers start or steer one.
+the create form. Each role reads the rollouts of the routes it may see (`selectors.visible_routes`:
+a tenant admin only those open to their tenant); only release managers start or steer one.
 
 Each view renders the whole page, or with htmx only the fragment (a template partial) it swaps.
 """
@@ -77,7 +78,7 @@ def rollout_list(request: HtmxHttpRequest) -> HttpResponse:
     form = RolloutFilterForm(request.GET)
     form.is_valid()  # an unknown filter is dropped and flagged
     state = form.cleaned_data.get("state", "")
-    queryset = selectors.rollout_list(state="live" if state == "live" else "")
+    queryset = selectors.rollout_list(user=request.user, state="live" if state == "live" else "")
     if state == "terminal":
         queryset = queryset.filter(state__in=TERMINAL_STATES)
     queryset = queryset.annotate(
@@ -220,9 +221,11 @@ def _marker(rollout: Rollout) -> str:
     return f"{rollout.state}:{rollout.step_index}"
 
 
-def _rollout_or_404(rollout_id: int) -> Rollout:
+def _rollout_or_404(request: HtmxHttpRequest, rollout_id: int) -> Rollout:
+    """The rollout, if the user may see its route; otherwise it does not exist for them."""
     rollout = (
-        Rollout.objects.select_related(
+        selectors.visible_rollouts(request.user)
+        .select_related(
             "route",
             "baseline__artifact",
             "baseline__fleet",
@@ -297,7 +300,7 @@ def _page_context(
 def rollout_detail(request: HtmxHttpRequest, rollout_id: int) -> HttpResponse:
     """The page; with htmx, the live part it polls. A poll that finds the rollout ended answers
     286 with the final fragment, which htmx swaps in and then stops polling."""
-    rollout = _rollout_or_404(rollout_id)
+    rollout = _rollout_or_404(request, rollout_id)
     if not _wants_fragment(request):
         return render(request, "rollouts/rollout_detail.html", _page_context(request, rollout))
     context = _live_context(rollout, timezone.now())
@@ -317,7 +320,7 @@ def rollout_action(request: HtmxHttpRequest, rollout_id: int) -> HttpResponse:
     """Pause, resume, skip, promote, roll back or abort, with a reason. With htmx the answer is
     the whole page body, since the state, timeline, weights, log and controls all change."""
     actor = _release_manager(request)
-    rollout = _rollout_or_404(rollout_id)
+    rollout = _rollout_or_404(request, rollout_id)
     form = RolloutActionForm(request.POST)
     ok = False
     if form.is_valid():
@@ -337,10 +340,10 @@ def rollout_action(request: HtmxHttpRequest, rollout_id: int) -> HttpResponse:
     if not _wants_fragment(request):
         if ok:
             return redirect(rollout_url(rollout))
-        rollout = _rollout_or_404(rollout_id)
+        rollout = _rollout_or_404(request, rollout_id)
         context = _page_context(request, rollout, form)
         return render(request, "rollouts/rollout_detail.html", context, status=400)
-    rollout = _rollout_or_404(rollout_id)
+    rollout = _rollout_or_404(request, rollout_id)
     context = _page_context(request, rollout, None if ok else form)
     return render(request, "rollouts/rollout_detail.html#rollout-page", context)
 

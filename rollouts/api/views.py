@@ -27,8 +27,14 @@ PERMISSIONS = [IsAuthenticated, TokenHasScopes, ReleaseManagerWrites]
 SCOPES = {"GET": READ, "HEAD": READ, "POST": WRITE}
 
 
-def _rollout(rollout_id: int) -> Rollout:
-    rollout = selectors.rollout_list().prefetch_related("events").filter(pk=rollout_id).first()
+def _rollout(request: Request, rollout_id: int) -> Rollout:
+    """The rollout, if the caller may see its route; otherwise it does not exist for them."""
+    rollout = (
+        selectors.rollout_list(user=request.user)
+        .prefetch_related("events")
+        .filter(pk=rollout_id)
+        .first()
+    )
     if rollout is None:
         raise NotFound(f"rollout {rollout_id} does not exist")
     return rollout
@@ -42,7 +48,7 @@ class RolloutsView(ListAPIView[Rollout]):
     def get_queryset(self) -> Any:
         params = self.request.query_params
         return selectors.rollout_list(
-            state=params.get("state", ""), route=params.get("route", "")
+            user=self.request.user, state=params.get("state", ""), route=params.get("route", "")
         ).prefetch_related("events")
 
     @extend_schema(
@@ -92,7 +98,9 @@ class RolloutsView(ListAPIView[Rollout]):
         )
         if values["start"]:
             services.rollout_start(actor=actor, rollout_id=rollout.pk)
-        return Response(s.RolloutOutput(_rollout(rollout.pk)).data, status=status.HTTP_201_CREATED)
+        return Response(
+            s.RolloutOutput(_rollout(request, rollout.pk)).data, status=status.HTTP_201_CREATED
+        )
 
 
 class RolloutView(APIView):
@@ -101,7 +109,7 @@ class RolloutView(APIView):
 
     @extend_schema(responses=s.RolloutOutput, operation_id="rollouts_get")
     def get(self, request: Request, rollout_id: int) -> Response:
-        return Response(s.RolloutOutput(_rollout(rollout_id)).data)
+        return Response(s.RolloutOutput(_rollout(request, rollout_id)).data)
 
 
 class RolloutActionView(APIView):
@@ -118,4 +126,4 @@ class RolloutActionView(APIView):
             action=data.validated_data["action"],
             reason=data.validated_data["reason"],
         )
-        return Response(s.RolloutOutput(_rollout(rollout_id)).data)
+        return Response(s.RolloutOutput(_rollout(request, rollout_id)).data)
