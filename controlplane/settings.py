@@ -186,15 +186,21 @@ CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = "UTC"
+# Request samples older than this are deleted (hourly, in batches), except a live rollout's.
+SAMPLE_RETENTION_DAYS = 30
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "workers-heartbeat": {"task": "system.heartbeat", "schedule": 10.0},
     # A safety net: changes publish at once after commit; this repairs a lost announcement.
     "gateway-publish": {"task": "gateway.publish", "schedule": 30.0},
     "evaluation-consume-samples": {"task": "evaluation.consume_samples", "schedule": 1.0},
+    "evaluation-prune-samples": {"task": "evaluation.prune_samples", "schedule": 3600.0},
+    "evaluation-observe-costs": {"task": "evaluation.observe_costs", "schedule": 60.0},
     "rollouts-tick": {"task": "rollouts.tick", "schedule": 2.0},
     "rollouts-probe-replicas": {"task": "rollouts.probe_replicas", "schedule": 10.0},
     "rollouts-update-saturation": {"task": "rollouts.update_saturation", "schedule": 5.0},
+    "tenants-consume-usage": {"task": "tenants.consume_usage", "schedule": 2.0},
+    "tenants-compact-usage": {"task": "tenants.compact_usage", "schedule": 3600.0},
 }
 
 LOGGING = {

@@ -31,3 +31,15 @@ class Scope(models.TextChoices):
     ROLLOUTS_WRITE = "rollouts:write", "Start, pause, promote and roll back rollouts"
     TENANTS_READ = "tenants:read", "Read tenants, budgets and usage"
     TENANTS_WRITE = "tenants:write", "Manage tenants, budgets and keys"
+
+
+class SoftLimitAction(models.TextChoices):
+    """What the gateway does with a tenant's requests past the budget's soft limit."""
+
+    REJECT = "reject", "Refuse requests"
+    ROUTE = "route", "Send requests to a cheaper route"
+
+
+class Granularity(models.TextChoices):
+    MINUTE = "minute", "Minute"
+    HOUR = "hour", "Hour"

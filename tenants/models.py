@@ -2,10 +2,11 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractUser
 from django.contrib.postgres.fields import ArrayField
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from tenants.choices import FailMode, Role, Scope, Tier
+from tenants.choices import FailMode, Granularity, Role, Scope, SoftLimitAction, Tier
 
 
 class Tenant(models.Model):
@@ -13,6 +14,9 @@ class Tenant(models.Model):
     name = models.CharField(max_length=200)
     tier = models.CharField(max_length=16, choices=Tier.choices, default=Tier.STANDARD)
     fail_mode = models.CharField(max_length=8, choices=FailMode.choices, default=FailMode.CLOSED)
+    # Set by the soft-limit check (workers/usage.py) while today's or this month's tokens are
+    # past the budget's soft limit; published to the gateway, which then applies the action.
+    over_soft_limit = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -106,6 +110,9 @@ class ApiKey(models.Model):
     )
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # The gateway never writes to Postgres: the usage consumer sets this from the request
+    # records that name their key (minute precision), so it stays empty until they do.
+    last_used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -139,7 +146,84 @@ class Budget(models.Model):
         max_length=8, choices=OverMaxOutput.choices, default=OverMaxOutput.CLAMP
     )
     default_output_allowance = models.PositiveIntegerField(default=1024)
+    # Past this share of tokens/day or tokens/month the soft-limit action applies (None: none).
+    soft_limit_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
+    )
+    soft_limit_action = models.CharField(
+        max_length=8, choices=SoftLimitAction.choices, default=SoftLimitAction.REJECT
+    )
+    # The cheaper route requests go to past the soft limit (action "route"); checked by
+    # budget_set against rollouts' routes, which this app may not import.
+    soft_limit_route = models.CharField(max_length=100, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return f"budget of {self.tenant}"
+
+
+class UsageRollup(models.Model):
+    """What a tenant sent through the gateway in one minute or one hour, per route, arm and
+    deployment. Written only by tenants.usage (bulk upserts that add counts); every request
+    counts in one minute row and one hour row, so long ranges read the hours alone and old
+    minute rows can be dropped without losing totals."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
+    granularity = models.CharField(max_length=8, choices=Granularity.choices)
+    bucket = models.DateTimeField()  # start of the minute or hour, UTC
+    route = models.CharField(max_length=100)
+    arm = models.CharField(max_length=16)
+    # rollouts.Deployment's id as the gateway records it (no foreign key: this app does not
+    # depend on rollouts, and usage outlives retired deployments).
+    deployment = models.CharField(max_length=64)
+    requests = models.PositiveBigIntegerField(default=0)
+    tokens_in = models.PositiveBigIntegerField(default=0)
+    tokens_out = models.PositiveBigIntegerField(default=0)
+    errors = models.PositiveBigIntegerField(default=0)
+    rejected = models.PositiveBigIntegerField(default=0)
+    # Refusals by the limit that fired ("tokens_per_day", "shed", …) -> count.
+    rejections = models.JSONField(default=dict)
+    cost = models.FloatField(default=0.0)  # dollars
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "granularity", "bucket", "route", "arm", "deployment"],
+                name="usage_rollup_one_row_per_bucket",
+            )
+        ]
+        indexes = [models.Index(fields=["granularity", "bucket"], name="usage_rollup_by_bucket")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.granularity} {self.bucket:%Y-%m-%d %H:%M} {self.route}"
+
+
+class UsageEntry(models.Model):
+    """A samples-stream entry already counted: written in the transaction that counts it, so an
+    entry delivered again (its consumer died between commit and acknowledgement) counts once.
+    Pruned after a day; the stream never redelivers an entry that old."""
+
+    stream_id = models.CharField(max_length=32, unique=True)
+    processed_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return self.stream_id
+
+
+class RecentRejection(models.Model):
+    """The last refusals of each tenant with the limit that fired; kept to a few dozen each."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="recent_rejections")
+    at = models.DateTimeField()
+    route = models.CharField(max_length=100)
+    arm = models.CharField(max_length=16)
+    reason = models.CharField(max_length=64)
+    status = models.PositiveSmallIntegerField()
+    request_id = models.CharField(max_length=100)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["tenant", "-at"], name="recent_rejection_by_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.at:%H:%M:%S} {self.reason}"

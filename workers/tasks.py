@@ -1,5 +1,5 @@
 """Entry point for Celery's autodiscovery: importing it registers every task module."""
 
-from workers import evaluation, gateway, rollouts, system
+from workers import evaluation, gateway, rollouts, system, usage
 
-__all__ = ["evaluation", "gateway", "rollouts", "system"]
+__all__ = ["evaluation", "gateway", "rollouts", "system", "usage"]

@@ -1,0 +1,309 @@
+"""Usage accounting: the gateway's request records, from the Redis stream into per-tenant rollups.
+
+The tenants app reads the samples stream with a consumer group of its own (`tollgate-usage`),
+beside the judge's: each group sees every entry. An entry is acknowledged only after the
+transaction that counted it has committed; one whose consumer died stays pending and is claimed
+by another after `CLAIM_IDLE_MS`. Counting is idempotent: the entry ids are written to
+`UsageEntry` (unique) in the same transaction, and only the ids that insert for the first time
+are added to the rollups, so an entry processed twice counts once.
+
+Every request is added to its minute row and to its hour row. Charts over a day or more read
+hours only, and compaction is just the removal of minute rows past their retention: the hour
+rows already hold their totals, so there is nothing to merge and nothing to get wrong twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import socket
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import redis
+from django.db import connection, transaction
+from django.utils import timezone
+
+from controlplane.redis import get_redis
+from tenants.choices import Granularity
+from tenants.models import RecentRejection, Tenant, UsageEntry, UsageRollup
+
+logger = logging.getLogger(__name__)
+
+STREAM = "tollgate:samples"
+GROUP = "tollgate-usage"
+BATCH = 5000
+CLAIM_IDLE_MS = 30_000
+# How many refusals each tenant's dashboard can list.
+RECENT_REJECTIONS_KEPT = 50
+# Minute rows older than this are dropped by compaction (the hour rows hold their totals).
+MINUTE_RETENTION = dt.timedelta(days=7)
+# The stream redelivers an entry within minutes; a day of processed ids is ample.
+ENTRY_RETENTION = dt.timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Record:
+    """The fields of a gateway request record that usage accounting needs."""
+
+    ts: dt.datetime
+    tenant: str  # slug
+    route: str
+    arm: str
+    deployment: str
+    status: int
+    finish: str
+    prompt_tokens: int
+    output_tokens: int
+    cost: float
+    reason: str
+    request_id: str
+    key_id: int | None  # present once the gateway names the key in its records
+
+    @property
+    def rejected(self) -> bool:
+        return self.finish == "rejected"
+
+    @property
+    def failed(self) -> bool:
+        # Served requests that the upstream or the gateway failed; client aborts are not errors.
+        return not self.rejected and (self.finish == "error" or self.status >= 500)
+
+
+def parse(fields: dict[Any, Any]) -> Record | None:
+    try:
+        raw = fields[b"r"] if b"r" in fields else fields["r"]
+        record = orjson.loads(raw)
+        key = record.get("key")
+        return Record(
+            ts=dt.datetime.fromtimestamp(float(record["ts"]), tz=dt.UTC),
+            tenant=str(record["tenant"]),
+            route=str(record.get("route") or "")[:100],
+            arm=str(record.get("arm") or "")[:16],
+            deployment=str(record.get("dep") or "")[:64],
+            status=int(record["status"]),
+            finish=str(record.get("finish") or ""),
+            prompt_tokens=max(0, int(record.get("pt") or 0)),
+            output_tokens=max(0, int(record.get("ot") or 0)),
+            cost=max(0.0, float(record.get("cost") or 0.0)),
+            reason=str(record.get("reason") or "unknown")[:64],
+            request_id=str(record.get("rid") or "")[:100],
+            key_id=int(key) if key is not None and str(key).isdigit() else None,
+        )
+    except (KeyError, TypeError, ValueError, orjson.JSONDecodeError) as exc:
+        # Acknowledged and dropped: retrying a malformed record would never succeed.
+        logger.warning("dropping a malformed sample: %s", exc)
+        return None
+
+
+@dataclass
+class Counts:
+    requests: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    errors: int = 0
+    rejected: int = 0
+    cost: float = 0.0
+    rejections: dict[str, int] = field(default_factory=dict)
+
+    def add(self, record: Record) -> None:
+        if record.rejected:
+            self.rejected += 1
+            self.rejections[record.reason] = self.rejections.get(record.reason, 0) + 1
+            return
+        self.requests += 1
+        self.tokens_in += record.prompt_tokens
+        self.tokens_out += record.output_tokens
+        self.cost += record.cost
+        if record.failed:
+            self.errors += 1
+
+
+BucketKey = tuple[int, str, dt.datetime, str, str, str]
+
+
+def aggregate(records: list[Record], tenant_ids: dict[str, int]) -> dict[BucketKey, Counts]:
+    """Sums records into their minute and hour rows (records of unknown tenants are skipped)."""
+    rows: dict[BucketKey, Counts] = defaultdict(Counts)
+    for record in records:
+        tenant_id = tenant_ids.get(record.tenant)
+        if tenant_id is None:
+            continue
+        minute = record.ts.replace(second=0, microsecond=0)
+        hour = minute.replace(minute=0)
+        place = (record.route, record.arm, record.deployment)
+        rows[(tenant_id, Granularity.MINUTE, minute, *place)].add(record)
+        rows[(tenant_id, Granularity.HOUR, hour, *place)].add(record)
+    return rows
+
+
+UPSERT = """
+INSERT INTO tenants_usagerollup AS t
+    (tenant_id, granularity, bucket, route, arm, deployment,
+     requests, tokens_in, tokens_out, errors, rejected, rejections, cost)
+SELECT u.tenant_id, u.granularity, u.bucket, u.route, u.arm, u.deployment,
+       u.requests, u.tokens_in, u.tokens_out, u.errors, u.rejected, u.rejections::jsonb, u.cost
+FROM unnest(%s::bigint[], %s::varchar[], %s::timestamptz[], %s::varchar[], %s::varchar[],
+            %s::varchar[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
+            %s::text[], %s::float8[])
+     AS u(tenant_id, granularity, bucket, route, arm, deployment,
+          requests, tokens_in, tokens_out, errors, rejected, rejections, cost)
+ON CONFLICT (tenant_id, granularity, bucket, route, arm, deployment) DO UPDATE SET
+    requests = t.requests + EXCLUDED.requests,
+    tokens_in = t.tokens_in + EXCLUDED.tokens_in,
+    tokens_out = t.tokens_out + EXCLUDED.tokens_out,
+    errors = t.errors + EXCLUDED.errors,
+    rejected = t.rejected + EXCLUDED.rejected,
+    cost = t.cost + EXCLUDED.cost,
+    rejections = CASE WHEN EXCLUDED.rejections = '{}'::jsonb THEN t.rejections ELSE (
+        SELECT coalesce(jsonb_object_agg(key, total), '{}'::jsonb) FROM (
+            SELECT key, sum(value::bigint) AS total FROM (
+                SELECT * FROM jsonb_each_text(t.rejections)
+                UNION ALL SELECT * FROM jsonb_each_text(EXCLUDED.rejections)
+            ) AS both_sides GROUP BY key
+        ) AS summed
+    ) END
+"""
+
+CLAIM_ENTRIES = """
+INSERT INTO tenants_usageentry (stream_id, processed_at)
+SELECT unnest(%s::varchar[]), now()
+ON CONFLICT (stream_id) DO NOTHING
+RETURNING stream_id
+"""
+
+TOUCH_KEYS = """
+UPDATE tenants_apikey AS k SET last_used_at = greatest(k.last_used_at, u.used_at)
+FROM unnest(%s::bigint[], %s::timestamptz[]) AS u(id, used_at)
+WHERE k.id = u.id
+"""
+
+PRUNE_REJECTIONS = """
+DELETE FROM tenants_recentrejection WHERE id IN (
+    SELECT id FROM (
+        SELECT id, row_number() OVER (PARTITION BY tenant_id ORDER BY at DESC, id DESC) AS n
+        FROM tenants_recentrejection WHERE tenant_id = ANY(%s::bigint[])
+    ) AS ranked WHERE n > %s
+)
+"""
+
+
+def _upsert(rows: dict[BucketKey, Counts]) -> None:
+    if not rows:
+        return
+    columns: list[list[Any]] = [[] for _ in range(13)]
+    for key, counts in rows.items():
+        values = (
+            *key,
+            counts.requests,
+            counts.tokens_in,
+            counts.tokens_out,
+            counts.errors,
+            counts.rejected,
+            orjson.dumps(counts.rejections).decode(),
+            counts.cost,
+        )
+        for column, value in zip(columns, values, strict=True):
+            column.append(value)
+    with connection.cursor() as cursor:
+        cursor.execute(UPSERT, columns)
+
+
+def _remember_rejections(records: list[Record], tenant_ids: dict[str, int]) -> None:
+    by_tenant: dict[int, list[Record]] = defaultdict(list)
+    for record in records:
+        if record.rejected and record.tenant in tenant_ids:
+            by_tenant[tenant_ids[record.tenant]].append(record)
+    if not by_tenant:
+        return
+    newest = [
+        RecentRejection(
+            tenant_id=tenant_id,
+            at=r.ts,
+            route=r.route,
+            arm=r.arm,
+            reason=r.reason,
+            status=r.status,
+            request_id=r.request_id,
+        )
+        for tenant_id, rejected in by_tenant.items()
+        # A storm of refusals in one batch: only the newest can survive the pruning anyway.
+        for r in sorted(rejected, key=lambda r: r.ts)[-RECENT_REJECTIONS_KEPT:]
+    ]
+    RecentRejection.objects.bulk_create(newest)
+    with connection.cursor() as cursor:
+        cursor.execute(PRUNE_REJECTIONS, [list(by_tenant), RECENT_REJECTIONS_KEPT])
+
+
+def _touch_keys(records: list[Record]) -> None:
+    last: dict[int, dt.datetime] = {}
+    for record in records:
+        if record.key_id is not None:
+            last[record.key_id] = max(record.ts, last.get(record.key_id, record.ts))
+    if last:
+        with connection.cursor() as cursor:
+            cursor.execute(TOUCH_KEYS, [list(last), list(last.values())])
+
+
+def record_entries(entries: list[tuple[str, Record | None]]) -> int:
+    """Counts the entries not counted before, in one transaction; returns how many were new."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(CLAIM_ENTRIES, [[entry_id for entry_id, _ in entries]])
+            fresh = {row[0] for row in cursor.fetchall()}
+        records = [r for entry_id, r in entries if entry_id in fresh and r is not None]
+        slugs = {r.tenant for r in records}
+        tenant_ids = dict(Tenant.objects.filter(slug__in=slugs).values_list("slug", "pk"))
+        _upsert(aggregate(records, tenant_ids))
+        _remember_rejections(records, tenant_ids)
+        _touch_keys(records)
+    return len(fresh)
+
+
+def _ensure_group(client: redis.Redis) -> None:
+    try:
+        client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
+    except redis.ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def _decode(entry_id: Any) -> str:
+    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+
+
+def consume(*, consumer: str | None = None, count: int = BATCH) -> int:
+    """Counts one batch (claimed stale entries first, then new ones); returns how many entries
+    it took off the stream (malformed and already-counted ones included)."""
+    client = get_redis()
+    _ensure_group(client)
+    name = consumer or socket.gethostname()
+    # (redis-py's stubs do not describe these replies; their shapes are Redis's documented ones.)
+    claimed: Any = client.xautoclaim(STREAM, GROUP, name, CLAIM_IDLE_MS, "0-0", count=count)
+    raw: list[tuple[Any, dict[Any, Any]]] = list(claimed[1])
+    if len(raw) < count:
+        response: Any = client.xreadgroup(GROUP, name, {STREAM: ">"}, count=count - len(raw))
+        for _, items in response or []:
+            raw.extend(items)
+    if not raw:
+        return 0
+    entries = [(_decode(entry_id), parse(fields)) for entry_id, fields in raw]
+    record_entries(entries)
+    # After the commit: a crash before this line leaves the entries pending, to be claimed again,
+    # and UsageEntry makes the second pass count nothing.
+    client.xack(STREAM, GROUP, *[entry_id for entry_id, _ in entries])
+    return len(entries)
+
+
+def compact(*, now: dt.datetime | None = None) -> int:
+    """Drops minute rows past their retention and processed-entry ids past theirs; returns the
+    number of minute rows dropped. One statement each, so safe to run twice or concurrently."""
+    now = now or timezone.now()
+    cutoff = (now - MINUTE_RETENTION).replace(minute=0, second=0, microsecond=0)
+    dropped, _ = UsageRollup.objects.filter(
+        granularity=Granularity.MINUTE, bucket__lt=cutoff
+    ).delete()
+    UsageEntry.objects.filter(processed_at__lt=now - ENTRY_RETENTION).delete()
+    return dropped
