@@ -26,6 +26,7 @@ import redis.asyncio as redis
 from gateway import measure
 from gateway.budgets import Budgets, Refusal, Reservation
 from gateway.errors import GatewayError, bad_request
+from gateway.ledger import Ledger, Settlement
 from gateway.proxy import Progress, Upstream, UpstreamFailed, assemble, relay
 from gateway.requests import (
     estimate_prompt_tokens,
@@ -35,7 +36,7 @@ from gateway.requests import (
     too_large,
     validate,
 )
-from gateway.routing import ReplicaLoad, choose_arm, choose_replica
+from gateway.routing import ReplicaLoad, choose_arm, choose_replica, match_rule
 from gateway.settings import Settings
 from gateway.snapshot import ApiKey, Arm, Deployment, Route, Snapshot, Tenant
 from gateway.store import SnapshotStore
@@ -91,13 +92,12 @@ class GatewayApp:
         self.redis = client or redis.Redis(connection_pool=pool)
         self.store = SnapshotStore(self.redis, poll_s=settings.snapshot_poll_s)
         self.budgets = Budgets(self.redis)
-        self.samples = measure.SampleWriter(
+        self.ledger = Ledger(
             self.redis, stream=settings.samples_stream, max_len=settings.samples_max_len
         )
         self.upstream = Upstream(connect_timeout_s=settings.connect_timeout_s)
         self.load = ReplicaLoad()
         self.in_flight: defaultdict[str, int] = defaultdict(int)  # per deployment
-        self._background: set[asyncio.Task[None]] = set()
 
     # --- ASGI ---------------------------------------------------------------------------------
 
@@ -133,11 +133,11 @@ class GatewayApp:
             if message["type"] == "lifespan.startup":
                 await self.store.refresh()
                 self.store.start()
+                self.ledger.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.store.stop()
-                if self._background:
-                    await asyncio.wait(self._background, timeout=5)
+                await self.ledger.close()
                 await self.upstream.close()
                 await self.redis.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -244,7 +244,7 @@ class GatewayApp:
             with contextlib.suppress(OSError):
                 await send({"type": "http.response.body", "body": event})
         finally:
-            self._finish_in_background(call, progress)
+            self._finish(call, progress)
 
     async def _read_body(self, receive: Receive) -> bytes:
         limit = self.settings.max_body_bytes
@@ -304,7 +304,11 @@ class GatewayApp:
                 param="messages" if chat else "prompt",
                 code="context_length_exceeded",
             )
-        arm = self._choose_arm(scope, key, tenant, route, payload)
+        # A route rule takes the request out of the split (see gateway.routing); a forced arm
+        # chooses between baseline and canary only for requests no rule claims.
+        arm = match_rule(route, tenant, prompt) or self._choose_arm(
+            scope, key, tenant, route, payload
+        )
         deployment = snapshot.deployments[arm.deployment_id]
         asked = requested_max_tokens(payload)
         allowance = asked if asked is not None else budget.default_output_allowance
@@ -553,29 +557,17 @@ class GatewayApp:
             cost=0.0,
             reason=reason,
         )
-        task = asyncio.get_running_loop().create_task(self.samples.write(sample))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        self.ledger.record(None, sample)
 
-    def _finish_in_background(self, call: Call, progress: Progress) -> None:
-        task = asyncio.get_running_loop().create_task(self._finish(call, progress))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _finish(self, call: Call, progress: Progress) -> None:
+    def _finish(self, call: Call, progress: Progress) -> None:
         usage = progress.usage or {}
         client_left = progress.client_left
         reached = bool(call.replica_id) and progress.status not in (0, 502)
         prompt_tokens = int(usage.get("prompt_tokens") or (call.prompt_estimate if reached else 0))
         output_tokens = int(usage.get("completion_tokens") or progress.token_events)
+        settlement = None
         if call.reservation is not None:
-            try:
-                await self.budgets.settle(
-                    call.reservation, prompt_tokens=prompt_tokens, output_tokens=output_tokens
-                )
-            except (redis.RedisError, OSError) as exc:
-                # The reservation expires and is refunded; the usage is lost to the budget.
-                logger.warning("could not settle %s: %s", call.request_id, exc)
+            settlement = Settlement(call.reservation, prompt_tokens, output_tokens)
         tpot = None
         if progress.first_token_at and progress.last_token_at and progress.token_events > 1:
             tpot = (progress.last_token_at - progress.first_token_at) / (progress.token_events - 1)
@@ -608,7 +600,7 @@ class GatewayApp:
             cost=(prompt_tokens + output_tokens) * call.deployment.cost_per_million_tokens / 1e6,
         )
         measure.observe(sample)
-        await self.samples.write(sample)
+        self.ledger.record(settlement, sample)
 
 
 def _ms(seconds: float) -> float:

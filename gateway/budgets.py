@@ -202,7 +202,12 @@ class Budgets:
         self, reservation: Reservation, *, prompt_tokens: int, output_tokens: int
     ) -> None:
         """Charges what was used instead of what was reserved, and frees the concurrency slot."""
-        await self._settle(
-            keys=list(reservation.keys),
-            args=[reservation.request_id, prompt_tokens, output_tokens],
-        )
+        keys, args = settle_args(reservation, prompt_tokens, output_tokens)
+        await self._settle(keys=keys, args=args)
+
+
+def settle_args(
+    reservation: Reservation, prompt_tokens: int, output_tokens: int
+) -> tuple[list[str], list[str | int]]:
+    """The keys and arguments of the SETTLE script for one reservation."""
+    return list(reservation.keys), [reservation.request_id, prompt_tokens, output_tokens]

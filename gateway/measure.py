@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-import orjson
-import redis.asyncio as redis
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     REGISTRY,
@@ -115,25 +113,6 @@ def observe(sample: Sample) -> None:
     TOKENS.labels(*labels, "output").inc(sample.ot)
     if sample.tool is not None:
         TOOL_CALLS.labels(*labels, sample.tool).inc()
-
-
-class SampleWriter:
-    def __init__(self, client: redis.Redis, *, stream: str, max_len: int) -> None:
-        self._client = client
-        self._stream = stream
-        self._max_len = max_len
-
-    async def write(self, sample: Sample) -> None:
-        try:
-            await self._client.xadd(
-                self._stream,
-                {"r": orjson.dumps(asdict(sample))},
-                maxlen=self._max_len,
-                approximate=True,
-            )
-        except (redis.RedisError, OSError) as exc:
-            # Losing a sample while Redis is away is accepted: serving must not stop for it.
-            logger.warning("could not record request %s: %s", sample.rid, exc)
 
 
 def metrics_body() -> tuple[bytes, str]:

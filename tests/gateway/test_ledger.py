@@ -1,0 +1,78 @@
+"""Settlements and request records written after the response, in batches, to real Redis."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+import pytest
+import redis.asyncio as redis
+
+from gateway.budgets import Budgets, Reservation
+from gateway.ledger import Ledger, Settlement
+from gateway.measure import Sample
+from gateway.snapshot import Budget
+from tests.gateway.test_budgets import NOW, admit
+
+STREAM = "tollgate:samples:test"
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[redis.Redis]:
+    connection = redis.Redis.from_url(os.environ["REDIS_URL"])
+    await connection.flushdb()
+    yield connection
+    await connection.flushdb()
+    await connection.aclose()
+
+
+def sample(rid: str) -> Sample:
+    return Sample(
+        ts=NOW.timestamp(), rid=rid, route="chat", arm="baseline", dep="d1", rollout=None,
+        tenant="t1", replica="r1", status=200, finish="stop", pt=10, ot=5, ttft_ms=12.0,
+        tpot_ms=3.0, e2e_ms=30.0, tool=None, conc=1, stream=True, cost=0.0,
+    )  # fmt: skip
+
+
+async def reserve(budgets: Budgets, count: int) -> list[Reservation]:
+    budget = Budget(output_tokens_per_minute=100 * count, max_concurrent_requests=count)
+    reservations = [await admit(budgets, budget, allowance=100) for _ in range(count)]
+    assert all(isinstance(r, Reservation) for r in reservations)
+    return reservations  # type: ignore[return-value]
+
+
+async def test_a_burst_is_settled_and_recorded_in_full_then_the_writer_stops(
+    client: redis.Redis,
+) -> None:
+    reservations = await reserve(Budgets(client), 300)
+    ledger = Ledger(client, stream=STREAM, max_len=10_000)
+    # Queued before the writer runs: the whole burst goes out as one pipeline.
+    for reservation in reservations:
+        ledger.record(Settlement(reservation, 10, 5), sample(reservation.request_id))
+    ledger.record(None, sample("refused-before-admission"))
+    ledger.start()
+    await ledger.close()
+
+    entries: Any = await client.xrange(STREAM)
+    rids = [orjson.loads(fields[b"r"])["rid"] for _, fields in entries]
+    assert rids == [r.request_id for r in reservations] + ["refused-before-admission"]
+    keys = reservations[0].keys
+    assert await client.zcard(keys[5]) == 0  # every concurrency slot freed
+    assert await client.hlen(keys[6]) == 0  # every reservation settled
+    assert int(await client.get(keys[2]) or 0) == 300 * 5  # output charged as used, not reserved
+
+
+async def test_settlement_survives_a_redis_that_forgot_the_script(client: redis.Redis) -> None:
+    (reservation,) = await reserve(Budgets(client), 1)
+    await client.script_flush()  # what a Redis restart does
+    ledger = Ledger(client, stream=STREAM, max_len=10_000)
+    ledger.start()
+    ledger.record(Settlement(reservation, 10, 7), sample(uuid.uuid4().hex))
+    await ledger.close()
+
+    assert await client.hlen(reservation.keys[6]) == 0
+    assert int(await client.get(reservation.keys[2]) or 0) == 7
+    assert await client.xlen(STREAM) == 1  # recorded once, not again with the retry
