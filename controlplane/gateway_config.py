@@ -8,12 +8,14 @@ also runs on a schedule, so a lost announcement is repaired within one period.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from django.utils import timezone
 
 from controlplane.redis import get_redis
 from gateway import snapshot as schema
-from rollouts.choices import LIVE_STATES, ReplicaState
-from rollouts.models import Deployment, Rollout, Route
+from rollouts.choices import LIVE_STATES, DeploymentState, ReplicaState
+from rollouts.models import Deployment, Rollout, Route, RouteRule
 from tenants.models import ApiKey, Budget, Tenant
 
 VERSION_KEY = "tollgate:gateway:snapshot:version"
@@ -72,6 +74,7 @@ def build_snapshot(version: int) -> schema.Snapshot:
     live_rollouts = dict(
         Rollout.objects.filter(state__in=LIVE_STATES).values_list("route_id", "pk")
     )
+    rules = _rules(deployments)
     for route in Route.objects.select_related("baseline__fleet", "canary__fleet").prefetch_related(
         "tenants", "baseline__fleet__replicas", "canary__fleet__replicas"
     ):
@@ -85,6 +88,7 @@ def build_snapshot(version: int) -> schema.Snapshot:
             salt=route.salt,
             rollout_id=str(live_rollouts[route.pk]) if route.pk in live_rollouts else None,
             tenant_ids=tuple(str(t.pk) for t in route.tenants.all()),
+            rules=rules.get(route.pk, ()),
         )
     return schema.Snapshot(
         version=version,
@@ -94,6 +98,35 @@ def build_snapshot(version: int) -> schema.Snapshot:
         routes=routes,
         deployments=deployments,
     )
+
+
+def _rules(deployments: dict[str, schema.Deployment]) -> dict[int, tuple[schema.RouteRule, ...]]:
+    """Each route's rules, in order. A rule whose deployment is no longer ready is left out, so its
+    requests go back to the route's split rather than to a deployment draining or gone; so is one
+    whose only condition was tenants that have since been deleted (it matches nobody)."""
+    by_route: defaultdict[int, list[schema.RouteRule]] = defaultdict(list)
+    for rule in (
+        RouteRule.objects.filter(target__state=DeploymentState.READY)
+        .select_related("target__fleet")
+        .prefetch_related("tenants", "target__fleet__replicas")
+        .order_by("route_id", "order")
+    ):
+        tenant_ids = frozenset(str(t.pk) for t in rule.tenants.all())
+        bounds = (rule.min_prompt_tokens, rule.max_prompt_tokens)
+        if not tenant_ids and not rule.tiers and bounds == (None, None):
+            continue
+        arm = _arm(rule.arm_name, rule.target, 100.0, deployments)
+        by_route[rule.route_id].append(
+            schema.RouteRule(
+                name=rule.name,
+                deployment_id=arm.deployment_id,
+                tenant_ids=tenant_ids,
+                tiers=frozenset(rule.tiers),  # type: ignore[arg-type]
+                min_prompt_tokens=rule.min_prompt_tokens,
+                max_prompt_tokens=rule.max_prompt_tokens,
+            )
+        )
+    return {route_id: tuple(route_rules) for route_id, route_rules in by_route.items()}
 
 
 def _arm(
@@ -117,7 +150,7 @@ def _arm(
             waiting_requests=deployment.waiting_requests,
             max_in_flight_per_replica=deployment.max_in_flight_per_replica,
         )
-    return schema.Arm(name=name, deployment_id=key, weight=weight)  # type: ignore[arg-type]
+    return schema.Arm(name=name, deployment_id=key, weight=weight)
 
 
 def publish_snapshot() -> int | None:

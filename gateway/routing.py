@@ -4,6 +4,11 @@ Arm assignment is a pure function of (route, rollout salt, session key): the sam
 lands on the same arm, on every gateway process and host. A session's position in [0, 100) is
 fixed; the canary serves the positions below its weight, so as the weight grows the canary's
 sessions stay on it and new ones join (monotone), and a new rollout (new salt) draws new cohorts.
+
+A route's rules come first: a request one of them matches goes to the rule's deployment under the
+arm "rule:<name>", and takes no part in the split. The judge compares baseline and canary samples
+only, so a rule's requests (long prompts, a batch tier, a pinned tenant) never skew either arm,
+and the canary's share of the remaining traffic stays the weight the plan asked for.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import hashlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from gateway.snapshot import Arm, Deployment, Replica, Route
+from gateway.snapshot import Arm, Deployment, Replica, Route, Tenant
 
 # A system prompt at least this long is worth keeping on one replica (its KV prefix cache).
 PREFIX_AFFINITY_MIN_CHARS = 512
@@ -25,6 +30,22 @@ AFFINITY_SLACK_TOKENS = 4096
 def session_position(route: Route, session_key: str) -> float:
     digest = hashlib.sha256(f"{route.name}\0{route.salt}\0{session_key}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 * 100.0
+
+
+def match_rule(route: Route, tenant: Tenant, prompt_tokens: int) -> Arm | None:
+    """The arm of the first rule the request matches, or None to split it. On the hot path: the
+    rules were compiled into sets and a ready-made arm when the snapshot was loaded."""
+    for rule in route.rules:
+        if rule.tenant_ids and tenant.id not in rule.tenant_ids:
+            continue
+        if rule.tiers and tenant.tier not in rule.tiers:
+            continue
+        if rule.min_prompt_tokens is not None and prompt_tokens < rule.min_prompt_tokens:
+            continue
+        if rule.max_prompt_tokens is not None and prompt_tokens > rule.max_prompt_tokens:
+            continue
+        return rule.arm
+    return None
 
 
 def choose_arm(route: Route, session_key: str) -> Arm:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 SNAPSHOT_KEY = "tollgate:gateway:snapshot"
 CHANGED_CHANNEL = "tollgate:gateway:snapshot:changed"
@@ -89,10 +89,56 @@ class Deployment(Frozen):
     cost_per_million_tokens: float = 0.0
 
 
+# A route rule's name: its requests are recorded under the arm "rule:<name>" (16 characters).
+RuleName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,10}$")]
+RULE_ARM_PREFIX = "rule:"
+
+
 class Arm(Frozen):
-    name: Literal["baseline", "canary"]
+    # A route splits its traffic between baseline and canary; "rule:<name>" is the arm of the
+    # requests a route rule sent to its own deployment, outside that split.
+    name: Literal["baseline", "canary"] | Annotated[str, Field(pattern=r"^rule:[a-z0-9_-]+$")]
     deployment_id: str
     weight: Annotated[float, Field(ge=0.0, le=100.0)]
+
+
+class RouteRule(Frozen):
+    """Requests of the route matching every condition given go to `deployment_id`, and are not
+    part of its baseline/canary split. Tenants and tiers match any of those listed; prompt tokens
+    are the gateway's estimate, both bounds inclusive. A route tries its rules in order and the
+    first match wins. Sets, so that matching a request costs a few lookups."""
+
+    name: RuleName
+    deployment_id: str
+    tenant_ids: frozenset[str] = frozenset()
+    tiers: frozenset[Literal["critical", "standard", "batch"]] = frozenset()
+    min_prompt_tokens: NonNegative | None = None
+    max_prompt_tokens: NonNegative | None = None
+    # Built once when the snapshot is loaded, not per request.
+    _arm: Arm = PrivateAttr()
+
+    @model_validator(mode="after")
+    def _matches_something(self) -> RouteRule:
+        if not (
+            self.tenant_ids
+            or self.tiers
+            or self.min_prompt_tokens is not None
+            or self.max_prompt_tokens is not None
+        ):
+            raise ValueError(f"rule {self.name!r} matches every request")
+        low, high = self.min_prompt_tokens, self.max_prompt_tokens
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"rule {self.name!r} has min_prompt_tokens above max_prompt_tokens")
+        return self
+
+    def model_post_init(self, context: object, /) -> None:
+        self._arm = Arm(
+            name=RULE_ARM_PREFIX + self.name, deployment_id=self.deployment_id, weight=100.0
+        )
+
+    @property
+    def arm(self) -> Arm:
+        return self._arm
 
 
 class Route(Frozen):
@@ -106,12 +152,19 @@ class Route(Frozen):
     rollout_id: str | None = None
     # Tenants that may use the route; empty means every tenant.
     tenant_ids: tuple[str, ...] = ()
+    # Tried in order before the split; the first that matches a request takes it.
+    rules: tuple[RouteRule, ...] = ()
 
     @model_validator(mode="after")
     def _one_arm_each(self) -> Route:
         names = [arm.name for arm in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"route {self.name!r} has two arms named the same: {names}")
+        if not set(names) <= {"baseline", "canary"}:
+            raise ValueError(f"route {self.name!r} arms must be baseline and canary: {names}")
+        rule_names = [rule.name for rule in self.rules]
+        if len(set(rule_names)) != len(rule_names):
+            raise ValueError(f"route {self.name!r} has two rules named the same: {rule_names}")
         if sum(arm.weight for arm in self.arms) <= 0:
             raise ValueError(f"route {self.name!r} has no weight on any arm")
         return self
@@ -143,5 +196,15 @@ class Snapshot(Frozen):
                     raise ValueError(
                         f"route {route.name!r} arm {arm.name} names unknown deployment "
                         f"{arm.deployment_id!r}"
+                    )
+            for rule in route.rules:
+                if rule.deployment_id not in self.deployments:
+                    raise ValueError(
+                        f"route {route.name!r} rule {rule.name!r} names unknown deployment "
+                        f"{rule.deployment_id!r}"
+                    )
+                if not rule.tenant_ids <= self.tenants.keys():
+                    raise ValueError(
+                        f"route {route.name!r} rule {rule.name!r} names an unknown tenant"
                     )
         return self

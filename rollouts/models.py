@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.contrib.postgres.fields import ArrayField
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 from registry.models import ModelArtifact
@@ -15,6 +16,7 @@ from rollouts.choices import (
     Stickiness,
 )
 from rollouts.plans import Plan, SloGates
+from tenants.choices import Tier
 from tenants.models import Tenant, User
 
 
@@ -111,6 +113,94 @@ class Route(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# A rule's requests are recorded under the arm "rule:<name>", and a sample's arm holds 16
+# characters: the name gets the other 11.
+RULE_NAME_MAX_LENGTH = 11
+
+
+class RouteRule(models.Model):
+    """Sends the requests of a route that match it to its own deployment, outside the route's
+    baseline/canary split: long prompts to a long-context deployment, batch-tier tenants to a
+    cheaper one, a tenant pinned to one version.
+
+    A request matches when every condition given holds (tenants and tiers: any of those listed;
+    prompt tokens: the gateway's estimate, bounds inclusive). Rules are tried by `order`; the first
+    match wins. A rule whose deployment is no longer ready is not published: its requests go back
+    to the split rather than to a deployment that is draining or gone."""
+
+    route = models.ForeignKey(Route, on_delete=models.CASCADE, related_name="rules")
+    name = models.CharField(
+        max_length=RULE_NAME_MAX_LENGTH,
+        validators=[
+            RegexValidator(
+                r"^[a-z0-9][a-z0-9_-]*$",
+                "Use lower-case letters, digits, - and _, starting with a letter or digit.",
+            )
+        ],
+    )
+    order = models.PositiveSmallIntegerField()
+    tenants = models.ManyToManyField(Tenant, blank=True, related_name="+")
+    tiers = ArrayField(
+        models.CharField(max_length=16, choices=Tier.choices), default=list, blank=True
+    )
+    min_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    max_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    target = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="route_rules")
+    created_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["route", "order"]
+        constraints = [
+            models.UniqueConstraint(fields=["route", "name"], name="route_rule_name_per_route"),
+            models.UniqueConstraint(fields=["route", "order"], name="route_rule_order_per_route"),
+            models.CheckConstraint(
+                name="route_rule_prompt_range_ordered",
+                condition=models.Q(min_prompt_tokens__isnull=True)
+                | models.Q(max_prompt_tokens__isnull=True)
+                | models.Q(min_prompt_tokens__lte=models.F("max_prompt_tokens")),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.route}: rule {self.name}"
+
+    @property
+    def arm_name(self) -> str:
+        """The arm its requests are recorded under."""
+        return f"rule:{self.name}"
+
+
+class PlanTemplate(models.Model):
+    """A saved rollout plan and its SLO gates, picked by name in the create form or by CI."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.CharField(max_length=500, blank=True)
+    plan = models.JSONField()  # rollouts.plans.Plan
+    gates = models.JSONField()  # rollouts.plans.SloGates
+    created_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def parsed_plan(self) -> Plan:
+        return Plan.model_validate(self.plan)
+
+    @property
+    def parsed_gates(self) -> SloGates:
+        return SloGates.model_validate(self.gates)
 
 
 class Rollout(models.Model):

@@ -17,7 +17,7 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests import RequestException
 from urllib3.util.retry import Retry
 
-from rollouts.models import Deployment, Route
+from rollouts.models import Deployment, Route, RouteRule
 
 logger = logging.getLogger(__name__)
 # Changes smaller than these are noise, not worth a new gateway configuration.
@@ -51,7 +51,9 @@ def deployments_saturation_update() -> int:
         logger.warning("saturation not updated, Prometheus did not answer: %s", exc)
         return 0
     in_routes = Route.objects.values_list("baseline", flat=True).union(
-        Route.objects.exclude(canary=None).values_list("canary", flat=True)
+        Route.objects.exclude(canary=None).values_list("canary", flat=True),
+        # Rule targets take traffic too: their saturation sheds lower tiers the same way.
+        RouteRule.objects.values_list("target", flat=True),
     )
     changed = 0
     for deployment in Deployment.objects.filter(pk__in=in_routes).prefetch_related(

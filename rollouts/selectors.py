@@ -9,7 +9,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from rollouts.choices import LIVE_STATES
 from rollouts.engine import ArmStats, arm_stats
-from rollouts.models import Deployment, Rollout, Route
+from rollouts.models import Deployment, Rollout, Route, RouteRule
 from tenants.choices import Role
 from tenants.models import User
 
@@ -43,6 +43,7 @@ def visible_deployments(user: User | AnonymousUser) -> QuerySet[Deployment]:
     return Deployment.objects.filter(
         Q(pk__in=routes.values("baseline"))
         | Q(pk__in=routes.exclude(canary=None).values("canary"))
+        | Q(pk__in=RouteRule.objects.filter(route__in=routes).values("target"))
         | Q(pk__in=rollouts.values("baseline"))
         | Q(pk__in=rollouts.values("candidate"))
     )

@@ -5,9 +5,12 @@ gateway only after commit."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from typing import Any
 
-from django.db import transaction
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from controlplane.audit import audit_record
@@ -15,9 +18,18 @@ from controlplane.errors import Conflict, DomainError, NotFound, PermissionDenie
 from registry.selectors import gates_cleared
 from registry.services import alias_move, gate_override
 from rollouts.choices import LIVE_STATES, DeploymentState, RolloutState
-from rollouts.models import Deployment, Replica, Rollout, RolloutEvent, Route, Webhook
+from rollouts.models import (
+    Deployment,
+    PlanTemplate,
+    Replica,
+    Rollout,
+    RolloutEvent,
+    Route,
+    RouteRule,
+    Webhook,
+)
 from rollouts.plans import DEFAULT_PLAN, Plan, SloGates
-from tenants.models import User
+from tenants.models import Tenant, User
 
 S = RolloutState
 TRANSITIONS: dict[str, frozenset[str]] = {
@@ -253,9 +265,11 @@ def replicas_probe() -> int:
     from rollouts.providers import probe
 
     changed = 0
-    deployments = Deployment.objects.filter(
-        pk__in=Route.objects.values("baseline")
-    ) | Deployment.objects.filter(pk__in=Route.objects.exclude(canary=None).values("canary"))
+    deployments = (
+        Deployment.objects.filter(pk__in=Route.objects.values("baseline"))
+        | Deployment.objects.filter(pk__in=Route.objects.exclude(canary=None).values("canary"))
+        | Deployment.objects.filter(pk__in=RouteRule.objects.values("target"))
+    )
     for deployment in deployments.select_related("fleet").distinct():
         for replica in deployment.fleet.replicas.filter(state="active"):
             result = probe(replica, deployment.served_model_name)
@@ -267,3 +281,242 @@ def replicas_probe() -> int:
 
         publish_snapshot()
     return changed
+
+
+# --- route rules: requests sent to a deployment of their own, outside the A/B split ---------------
+
+
+def _require_release_manager(actor: User | None, what: str) -> User:
+    if actor is None or not actor.is_release_manager:
+        raise PermissionDenied(f"only release managers may {what}")
+    return actor
+
+
+def _clean(row: RouteRule | PlanTemplate) -> None:
+    """full_clean, its errors turned into one message a person can act on."""
+    try:
+        # Uniqueness is checked by the callers under their lock, and answered as a conflict.
+        row.full_clean(validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        raise DomainError(
+            "; ".join(f"{field}: {' '.join(errors)}" for field, errors in exc.message_dict.items())
+        ) from exc
+
+
+def _check_rule(rule: RouteRule, route: Route, tenants: list[Tenant]) -> None:
+    target = rule.target
+    if not (tenants or rule.tiers or rule.min_prompt_tokens or rule.max_prompt_tokens is not None):
+        # A rule matching everything would take the whole route out of its split.
+        raise DomainError("a rule must match on something: tenants, tiers, or a prompt-token bound")
+    low, high = rule.min_prompt_tokens, rule.max_prompt_tokens
+    if low is not None and high is not None and low > high:
+        raise DomainError(
+            f"min_prompt_tokens ({low}) is above max_prompt_tokens ({high}): no prompt matches"
+        )
+    if target.state != DeploymentState.READY:
+        raise DomainError(
+            f"deployment {target.pk} ({target}) is {target.state}: a rule may only send traffic "
+            "to a ready deployment"
+        )
+    if low is not None and target.max_model_len is not None and low >= target.max_model_len:
+        raise DomainError(
+            f"deployment {target.pk} serves a context of {target.max_model_len} tokens; prompts "
+            f"of {low} or more would all fail there"
+        )
+    allowed = set(route.tenants.values_list("pk", flat=True))
+    outsiders = sorted(t.slug for t in tenants if allowed and t.pk not in allowed)
+    if outsiders:
+        raise DomainError(
+            f"route {route.name} is closed to {', '.join(outsiders)}: the rule could never match"
+        )
+
+
+def _rule_audit_data(rule: RouteRule, tenants: list[Tenant]) -> dict[str, Any]:
+    return {
+        "route": rule.route.name,
+        "order": rule.order,
+        "tenants": sorted(t.slug for t in tenants),
+        "tiers": list(rule.tiers),
+        "min_prompt_tokens": rule.min_prompt_tokens,
+        "max_prompt_tokens": rule.max_prompt_tokens,
+        "target": rule.target_id,
+    }
+
+
+def route_rule_create(
+    *,
+    actor: User | None,
+    route: Route,
+    name: str,
+    target: Deployment,
+    tenants: Iterable[Tenant] = (),
+    tiers: Iterable[str] = (),
+    min_prompt_tokens: int | None = None,
+    max_prompt_tokens: int | None = None,
+    order: int | None = None,
+) -> RouteRule:
+    """A rule at `order` (by default after the route's last one), published after commit."""
+    actor = _require_release_manager(actor, "change route rules")
+    tenant_list = list(tenants)
+    with transaction.atomic():
+        # The route's row lock serialises rule changes on it (names and orders stay unique).
+        route = Route.objects.select_for_update().get(pk=route.pk)
+        rules = RouteRule.objects.filter(route=route)
+        if order is None:
+            order = (rules.aggregate(last=Max("order"))["last"] or 0) + 1
+        rule = RouteRule(
+            route=route,
+            name=name,
+            order=order,
+            tiers=sorted(set(tiers)),
+            min_prompt_tokens=min_prompt_tokens,
+            max_prompt_tokens=max_prompt_tokens,
+            target=target,
+            created_by=actor,
+        )
+        _clean(rule)
+        _check_rule(rule, route, tenant_list)
+        if rules.filter(name=name).exists():
+            raise Conflict(f"route {route.name} already has a rule named {name!r}")
+        if rules.filter(order=order).exists():
+            raise Conflict(f"route {route.name} already has a rule at order {order}")
+        rule.save()
+        rule.tenants.set(tenant_list)
+        audit_record(
+            actor=actor,
+            action="route_rule.created",
+            target=rule,
+            data=_rule_audit_data(rule, tenant_list),
+        )
+        _publish_after_commit()
+    return rule
+
+
+def route_rule_update(
+    *,
+    actor: User | None,
+    rule_id: int,
+    target: Deployment,
+    tenants: Iterable[Tenant] = (),
+    tiers: Iterable[str] = (),
+    min_prompt_tokens: int | None = None,
+    max_prompt_tokens: int | None = None,
+    order: int | None = None,
+) -> RouteRule:
+    """Replaces what the rule matches and where it sends it (its name stays: past samples carry
+    it as their arm)."""
+    actor = _require_release_manager(actor, "change route rules")
+    tenant_list = list(tenants)
+    with transaction.atomic():
+        rule = RouteRule.objects.filter(pk=rule_id).select_related("route").first()
+        if rule is None:
+            raise NotFound(f"route rule {rule_id} does not exist")
+        route = Route.objects.select_for_update().get(pk=rule.route_id)
+        before = _rule_audit_data(rule, list(rule.tenants.all()))
+        rule.target = target
+        rule.tiers = sorted(set(tiers))
+        rule.min_prompt_tokens, rule.max_prompt_tokens = min_prompt_tokens, max_prompt_tokens
+        if order is not None:
+            taken = RouteRule.objects.filter(route=route, order=order).exclude(pk=rule.pk)
+            if taken.exists():
+                raise Conflict(f"route {route.name} already has a rule at order {order}")
+            rule.order = order
+        _clean(rule)
+        _check_rule(rule, route, tenant_list)
+        rule.save()
+        rule.tenants.set(tenant_list)
+        audit_record(
+            actor=actor,
+            action="route_rule.updated",
+            target=rule,
+            data={"before": before, "after": _rule_audit_data(rule, tenant_list)},
+        )
+        _publish_after_commit()
+    return rule
+
+
+def route_rule_delete(*, actor: User | None, rule_id: int, reason: str = "") -> None:
+    actor = _require_release_manager(actor, "change route rules")
+    with transaction.atomic():
+        rule = RouteRule.objects.filter(pk=rule_id).select_related("route").first()
+        if rule is None:
+            raise NotFound(f"route rule {rule_id} does not exist")
+        Route.objects.select_for_update().get(pk=rule.route_id)
+        data = _rule_audit_data(rule, list(rule.tenants.all()))
+        audit_record(
+            actor=actor,
+            action="route_rule.deleted",
+            target=("rollouts.routerule", str(rule.pk)),
+            reason=reason,
+            data=data | {"name": rule.name},
+        )
+        rule.delete()
+        _publish_after_commit()
+
+
+# --- saved plan templates -------------------------------------------------------------------------
+
+
+def plan_template_create(
+    *, actor: User | None, name: str, plan: Plan, gates: SloGates, description: str = ""
+) -> PlanTemplate:
+    actor = _require_release_manager(actor, "save plan templates")
+    template = PlanTemplate(
+        name=name,
+        description=description,
+        plan=plan.model_dump(mode="json"),
+        gates=gates.model_dump(mode="json"),
+        created_by=actor,
+    )
+    _clean(template)
+    try:
+        with transaction.atomic():
+            template.save()
+            audit_record(
+                actor=actor,
+                action="plan_template.created",
+                target=template,
+                data={"plan": template.plan, "gates": template.gates},
+            )
+    except IntegrityError as exc:
+        raise Conflict(f"a plan template named {name!r} already exists") from exc
+    return template
+
+
+def plan_template_update(
+    *, actor: User | None, name: str, plan: Plan, gates: SloGates, description: str = ""
+) -> PlanTemplate:
+    """Rollouts already created keep the plan they copied; only new ones see the change."""
+    actor = _require_release_manager(actor, "save plan templates")
+    with transaction.atomic():
+        template = PlanTemplate.objects.select_for_update().filter(name=name).first()
+        if template is None:
+            raise NotFound(f"no plan template named {name!r}")
+        before = {"plan": template.plan, "gates": template.gates}
+        template.plan = plan.model_dump(mode="json")
+        template.gates = gates.model_dump(mode="json")
+        template.description = description
+        _clean(template)
+        template.save()
+        audit_record(
+            actor=actor,
+            action="plan_template.updated",
+            target=template,
+            data={"before": before, "after": {"plan": template.plan, "gates": template.gates}},
+        )
+    return template
+
+
+def plan_template_delete(*, actor: User | None, name: str) -> None:
+    actor = _require_release_manager(actor, "delete plan templates")
+    with transaction.atomic():
+        template = PlanTemplate.objects.select_for_update().filter(name=name).first()
+        if template is None:
+            raise NotFound(f"no plan template named {name!r}")
+        audit_record(
+            actor=actor,
+            action="plan_template.deleted",
+            target=("rollouts.plantemplate", str(template.pk)),
+            data={"name": name, "plan": template.plan, "gates": template.gates},
+        )
+        template.delete()
