@@ -41,6 +41,7 @@ from gateway.settings import Settings
 from gateway.snapshot import ApiKey, Arm, Deployment, Route, Snapshot, Tenant
 from gateway.store import SnapshotStore
 from gateway.tools import tool_outcome
+from gateway.wire import RedisWire
 
 logger = logging.getLogger("gateway")
 
@@ -78,20 +79,21 @@ class Call:
 
 
 class GatewayApp:
-    def __init__(self, settings: Settings, client: redis.Redis | None = None) -> None:
+    def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        # A bounded pool that queues: a burst of admissions waits a moment for a connection
-        # instead of opening hundreds (each admission holds one for well under a millisecond).
+        # Snapshot reads and the batched after-response writes use a small pool; admission, the
+        # one call on a request's path, has its own multiplexed connection (gateway.wire).
         pool = redis.BlockingConnectionPool.from_url(
             settings.redis_url,
-            max_connections=64,
+            max_connections=8,
             timeout=2.0,
             socket_connect_timeout=0.5,
-            socket_timeout=1.0,
+            socket_timeout=2.0,
         )
-        self.redis = client or redis.Redis(connection_pool=pool)
+        self.redis = redis.Redis(connection_pool=pool)
+        self.wire = RedisWire(settings.redis_url, timeout_s=1.0, connect_timeout_s=0.5)
         self.store = SnapshotStore(self.redis, poll_s=settings.snapshot_poll_s)
-        self.budgets = Budgets(self.redis)
+        self.budgets = Budgets(self.wire)
         self.ledger = Ledger(
             self.redis, stream=settings.samples_stream, max_len=settings.samples_max_len
         )
@@ -140,6 +142,7 @@ class GatewayApp:
                 await self.ledger.close()
                 await self.upstream.close()
                 await self.redis.aclose()
+                await self.wire.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

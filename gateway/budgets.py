@@ -17,9 +17,8 @@ import datetime as dt
 import math
 from dataclasses import dataclass
 
-import redis.asyncio as redis
-
 from gateway.snapshot import Budget
+from gateway.wire import Arg, RedisWire
 
 ADMIT = """
 -- KEYS: 1 requests/min  2 input tokens/min  3 output tokens/min  4 tokens/day  5 tokens/month
@@ -156,9 +155,8 @@ def _seconds_to_next(now: dt.datetime) -> tuple[int, int, int]:
 
 
 class Budgets:
-    def __init__(self, client: redis.Redis) -> None:
-        self._admit = client.register_script(ADMIT)
-        self._settle = client.register_script(SETTLE)
+    def __init__(self, wire: RedisWire) -> None:
+        self._wire = wire
 
     async def admit(
         self,
@@ -174,7 +172,7 @@ class Budgets:
         now = now or dt.datetime.now(dt.UTC)
         keys, day, month = _keys(tenant_id, now)
         to_minute, to_day, to_month = _seconds_to_next(now)
-        args: list[str | int] = [
+        args: list[Arg] = [
             int(now.timestamp() * 1000),
             request_id,
             prompt_tokens,
@@ -192,7 +190,7 @@ class Budgets:
             day,
             month,
         ]
-        admitted, limit, retry_after = await self._admit(keys=list(keys), args=args)
+        admitted, limit, retry_after = await self._wire.run_script(ADMIT, list(keys), args)
         if int(admitted) == 1:
             return Reservation(request_id, keys, prompt_tokens, output_allowance)
         name = limit.decode() if isinstance(limit, bytes) else str(limit)
@@ -203,11 +201,11 @@ class Budgets:
     ) -> None:
         """Charges what was used instead of what was reserved, and frees the concurrency slot."""
         keys, args = settle_args(reservation, prompt_tokens, output_tokens)
-        await self._settle(keys=keys, args=args)
+        await self._wire.run_script(SETTLE, keys, args)
 
 
 def settle_args(
     reservation: Reservation, prompt_tokens: int, output_tokens: int
-) -> tuple[list[str], list[str | int]]:
+) -> tuple[list[str], list[Arg]]:
     """The keys and arguments of the SETTLE script for one reservation."""
     return list(reservation.keys), [reservation.request_id, prompt_tokens, output_tokens]

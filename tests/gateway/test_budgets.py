@@ -13,6 +13,7 @@ import redis.asyncio as redis
 
 from gateway.budgets import Budgets, Refusal, Reservation
 from gateway.snapshot import Budget
+from gateway.wire import RedisWire
 
 NOW = dt.datetime(2026, 11, 30, 12, 0, 30, tzinfo=dt.UTC)
 
@@ -24,6 +25,13 @@ async def client() -> AsyncIterator[redis.Redis]:
     yield connection
     await connection.flushdb()
     await connection.aclose()
+
+
+@pytest.fixture
+async def budgets(client: redis.Redis) -> AsyncIterator[Budgets]:
+    wire = RedisWire(os.environ["REDIS_URL"])
+    yield Budgets(wire)
+    await wire.close()
 
 
 async def admit(
@@ -48,11 +56,11 @@ async def admit(
 
 async def test_concurrent_admissions_never_exceed_the_request_limit(client: redis.Redis) -> None:
     # Five independent connections race, like gateway processes on different hosts.
-    clients = [redis.Redis.from_url(os.environ["REDIS_URL"]) for _ in range(5)]
+    wires = [RedisWire(os.environ["REDIS_URL"]) for _ in range(5)]
     budget = Budget(requests_per_minute=100)
-    results = await asyncio.gather(*(admit(Budgets(clients[i % 5]), budget) for i in range(500)))
-    for c in clients:
-        await c.aclose()
+    results = await asyncio.gather(*(admit(Budgets(wires[i % 5]), budget) for i in range(500)))
+    for wire in wires:
+        await wire.close()
     admitted = [r for r in results if isinstance(r, Reservation)]
     refused = [r for r in results if isinstance(r, Refusal)]
     assert len(admitted) == 100
@@ -61,9 +69,8 @@ async def test_concurrent_admissions_never_exceed_the_request_limit(client: redi
 
 
 async def test_the_output_allowance_is_reserved_then_refunded_to_actual_usage(
-    client: redis.Redis,
+    budgets: Budgets,
 ) -> None:
-    budgets = Budgets(client)
     budget = Budget(output_tokens_per_minute=100)
     first = await admit(budgets, budget, allowance=60)
     assert isinstance(first, Reservation)
@@ -77,8 +84,7 @@ async def test_the_output_allowance_is_reserved_then_refunded_to_actual_usage(
     assert isinstance(await admit(budgets, budget, allowance=10), Refusal)
 
 
-async def test_daily_tokens_count_prompt_and_output(client: redis.Redis) -> None:
-    budgets = Budgets(client)
+async def test_daily_tokens_count_prompt_and_output(budgets: Budgets) -> None:
     budget = Budget(tokens_per_day=100)
     assert isinstance(await admit(budgets, budget, prompt=40, allowance=40), Reservation)
     refused = await admit(budgets, budget, prompt=10, allowance=20)
@@ -87,8 +93,7 @@ async def test_daily_tokens_count_prompt_and_output(client: redis.Redis) -> None
     assert refused.retry_after_s == 12 * 3600 - 30
 
 
-async def test_concurrency_slots_are_freed_when_a_request_settles(client: redis.Redis) -> None:
-    budgets = Budgets(client)
+async def test_concurrency_slots_are_freed_when_a_request_settles(budgets: Budgets) -> None:
     budget = Budget(max_concurrent_requests=2)
     first = await admit(budgets, budget)
     second = await admit(budgets, budget)
@@ -101,8 +106,7 @@ async def test_concurrency_slots_are_freed_when_a_request_settles(client: redis.
     assert isinstance(await admit(budgets, budget), Reservation)
 
 
-async def test_reservations_never_settled_expire_and_are_refunded(client: redis.Redis) -> None:
-    budgets = Budgets(client)
+async def test_reservations_never_settled_expire_and_are_refunded(budgets: Budgets) -> None:
     budget = Budget(tokens_per_day=100, max_concurrent_requests=1)
     crashed = await admit(budgets, budget, prompt=30, allowance=50, deadline_s=5)
     assert isinstance(crashed, Reservation)
@@ -112,8 +116,7 @@ async def test_reservations_never_settled_expire_and_are_refunded(client: redis.
     assert isinstance(await admit(budgets, budget, prompt=40, allowance=50, now=later), Reservation)
 
 
-async def test_settling_after_expiry_charges_what_was_used(client: redis.Redis) -> None:
-    budgets = Budgets(client)
+async def test_settling_after_expiry_charges_what_was_used(budgets: Budgets) -> None:
     budget = Budget(tokens_per_day=100)
     slow = await admit(budgets, budget, prompt=10, allowance=80, deadline_s=5)
     assert isinstance(slow, Reservation)
@@ -125,7 +128,6 @@ async def test_settling_after_expiry_charges_what_was_used(client: redis.Redis) 
     assert isinstance(await admit(budgets, budget, prompt=1, allowance=1, now=later), Refusal)
 
 
-async def test_unlimited_budgets_admit_everything(client: redis.Redis) -> None:
-    budgets = Budgets(client)
+async def test_unlimited_budgets_admit_everything(budgets: Budgets) -> None:
     results = [await admit(budgets, Budget(), prompt=10**6, allowance=10**6) for _ in range(5)]
     assert all(isinstance(r, Reservation) for r in results)

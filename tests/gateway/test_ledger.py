@@ -15,6 +15,7 @@ from gateway.budgets import Budgets, Reservation
 from gateway.ledger import Ledger, Settlement
 from gateway.measure import Sample
 from gateway.snapshot import Budget
+from gateway.wire import RedisWire
 from tests.gateway.test_budgets import NOW, admit
 
 STREAM = "tollgate:samples:test"
@@ -37,9 +38,12 @@ def sample(rid: str) -> Sample:
     )  # fmt: skip
 
 
-async def reserve(budgets: Budgets, count: int) -> list[Reservation]:
+async def reserve(client: redis.Redis, count: int) -> list[Reservation]:
+    del client  # the fixture emptied the database
+    wire = RedisWire(os.environ["REDIS_URL"])
     budget = Budget(output_tokens_per_minute=100 * count, max_concurrent_requests=count)
-    reservations = [await admit(budgets, budget, allowance=100) for _ in range(count)]
+    reservations = [await admit(Budgets(wire), budget, allowance=100) for _ in range(count)]
+    await wire.close()
     assert all(isinstance(r, Reservation) for r in reservations)
     return reservations  # type: ignore[return-value]
 
@@ -47,7 +51,7 @@ async def reserve(budgets: Budgets, count: int) -> list[Reservation]:
 async def test_a_burst_is_settled_and_recorded_in_full_then_the_writer_stops(
     client: redis.Redis,
 ) -> None:
-    reservations = await reserve(Budgets(client), 300)
+    reservations = await reserve(client, 300)
     ledger = Ledger(client, stream=STREAM, max_len=10_000)
     # Queued before the writer runs: the whole burst goes out as one pipeline.
     for reservation in reservations:
@@ -66,7 +70,7 @@ async def test_a_burst_is_settled_and_recorded_in_full_then_the_writer_stops(
 
 
 async def test_settlement_survives_a_redis_that_forgot_the_script(client: redis.Redis) -> None:
-    (reservation,) = await reserve(Budgets(client), 1)
+    (reservation,) = await reserve(client, 1)
     await client.script_flush()  # what a Redis restart does
     ledger = Ledger(client, stream=STREAM, max_len=10_000)
     ledger.start()
