@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import http.client
 import time
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import orjson
@@ -222,7 +222,7 @@ def records(redis_url: str, count: int) -> list[dict[str, Any]]:
     while client.xlen("tollgate:samples") < count:
         assert time.monotonic() < deadline, "the gateway did not record every request"
         time.sleep(0.05)
-    entries = client.xrange("tollgate:samples")
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = cast(Any, client.xrange("tollgate:samples"))
     client.close()
     return [orjson.loads(fields[b"r"]) for _, fields in entries]
 
