@@ -1,0 +1,100 @@
+"""Which requests count for which metric.
+
+Refused requests (finish "rejected": budget limits, shedding) never reached a model, and a client
+that left (499) cut its own request short: both are kept out of the latency and error
+denominators, where they would only dilute the comparison. They are counted in their own rates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from evaluation.judge.samples import CLIENT_LEFT, ArmSamples
+
+Mask = npt.NDArray[np.bool_]
+# Gateway deadlines and upstream timeouts.
+TIMEOUT_STATUSES = (408, 504)
+
+
+def served(arm: ArmSamples) -> Mask:
+    """Requests a model answered in full: what latencies, lengths and costs are measured on."""
+    # (numpy's stubs type comparisons of string arrays as Any; the annotation restores it.)
+    mask: Mask = (
+        (arm.status < 400)
+        & (arm.finish != "rejected")
+        & (arm.finish != "abort")
+        & (arm.finish != "error")
+    )
+    return mask
+
+
+def rejected(arm: ArmSamples) -> Mask:
+    mask: Mask = arm.finish == "rejected"
+    return mask
+
+
+def client_left(arm: ArmSamples) -> Mask:
+    mask: Mask = (arm.status == CLIENT_LEFT) | (arm.finish == "abort")
+    return mask
+
+
+@dataclass(frozen=True)
+class Counts:
+    events: int
+    eligible: int
+
+    @property
+    def share(self) -> float:
+        return self.events / self.eligible if self.eligible else math.nan
+
+
+def rate_counts(arm: ArmSamples, signal: str) -> Counts:
+    """The numerator and denominator of a named rate."""
+    if signal == "feedback_positive":
+        total = arm.feedback_positive + arm.feedback_negative
+        return Counts(arm.feedback_positive, total)
+    if signal == "rejection":
+        return Counts(int(rejected(arm).sum()), len(arm))
+    not_rejected = ~rejected(arm)
+    if signal == "error":
+        eligible = not_rejected & ~client_left(arm)
+        event = (arm.status >= 500) | (arm.finish == "error")
+    elif signal == "timeout_abort":
+        # Clients leaving is itself a signal (a slow model makes people give up), so this
+        # denominator keeps them.
+        eligible = not_rejected
+        event = client_left(arm) | np.isin(arm.status, TIMEOUT_STATUSES)
+    elif signal == "truncation":
+        eligible = served(arm)
+        event = arm.finish == "length"
+    elif signal == "tool_success":
+        # The gateway cannot tell whether a call was needed, only whether one was broken: a
+        # request with tools succeeds unless its call had invalid JSON or broke the schema.
+        eligible = not_rejected & (arm.tool != "")
+        event = (arm.tool == "valid") | (arm.tool == "no_call")
+    else:
+        raise ValueError(f"unknown rate {signal!r}")
+    return Counts(int((eligible & event).sum()), int(eligible.sum()))
+
+
+def column(arm: ArmSamples, signal: str) -> tuple[npt.NDArray[np.float64], Mask]:
+    """A per-request column over served requests with a finite value (NaN TTFT and TPOT, for
+    requests that produced no or one token, drop out here)."""
+    values = np.asarray(getattr(arm, signal), dtype=np.float64)
+    return values, served(arm) & np.isfinite(values)
+
+
+def strata(arm: ArmSamples) -> npt.NDArray[np.int64]:
+    """A stratum key per request from the load and the prompt length at its start.
+
+    Concurrency bins grow by a quarter (every value its own bin up to 4, then 5, 6, 7-8, 9-11,
+    ...) so that within a bin the load differs by at most about 25%; prompt lengths fall into
+    factor-of-4 bins (prefill time grows with them).
+    """
+    load = np.floor(np.log1p(np.maximum(arm.concurrency, 0)) / math.log(1.25)).astype(np.int64)
+    prompt = np.floor(np.log1p(np.maximum(arm.prompt_tokens, 0)) / math.log(4)).astype(np.int64)
+    return load * 64 + np.minimum(prompt, 63)
