@@ -2,9 +2,9 @@
 
 Admission is the one Redis call on a request's path, so its cost is the gateway's overhead.
 Redis answers the commands of a connection in the order it received them, so every concurrent
-admission of a process can share one connection: each call writes its command and waits on a
+admission of a process can share one connection: each call queues its command and waits on a
 future, and replies are matched to futures in order. That needs no connection pool, no lock and
-no per-call timer; concurrent calls leave in one network write when the loop flushes.
+no per-call timer, and the commands queued in one turn of the event loop leave in one write.
 
 A single watchdog timer enforces the timeout: when the oldest call has waited longer than
 `timeout_s`, the connection is dropped and every waiting call fails at once (behind a stuck reply,
@@ -43,6 +43,7 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.waiting: deque[tuple[float, asyncio.Future[Any]]] = deque()
         self._reader = hiredis.Reader(replyError=ResponseError)
+        self._outgoing: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # a TCP connection's transport
@@ -74,10 +75,19 @@ class _Connection(asyncio.Protocol):
     def send(self, command: bytes, timeout_s: float) -> asyncio.Future[Any]:
         if self.transport is None:
             raise RedisConnectionError("the connection to Redis is closed")
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self.waiting.append((time.monotonic() + timeout_s, future))
-        self.transport.write(command)
+        # The commands of one turn of the event loop leave in one write (one system call).
+        if not self._outgoing:
+            loop.call_soon(self._flush)
+        self._outgoing.append(command)
         return future
+
+    def _flush(self) -> None:
+        commands, self._outgoing = self._outgoing, []
+        if self.transport is not None:
+            self.transport.write(b"".join(commands))
 
 
 class RedisWire:
