@@ -201,6 +201,7 @@ CELERY_BEAT_SCHEDULE = {
     "rollouts-update-saturation": {"task": "rollouts.update_saturation", "schedule": 5.0},
     "tenants-consume-usage": {"task": "tenants.consume_usage", "schedule": 2.0},
     "tenants-compact-usage": {"task": "tenants.compact_usage", "schedule": 3600.0},
+    "tenants-check-soft-limits": {"task": "tenants.check_soft_limits", "schedule": 5.0},
 }
 
 LOGGING = {

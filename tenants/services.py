@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from controlplane.audit import audit_record
 from controlplane.errors import Conflict, DomainError, NotFound
-from tenants.choices import FailMode, Role, Scope, Tier
+from tenants.choices import FailMode, Role, Scope, SoftLimitAction, Tier
 from tenants.models import ApiKey, ApiToken, Budget, Tenant, User
 from tenants.tokens import TENANT_KEY_PREFIX, hash_secret, new_secret, visible_prefix
 
@@ -152,6 +152,10 @@ def api_key_create(
 ) -> tuple[ApiKey, str]:
     """Issue a gateway key; the secret is returned once and never stored (`secret` is for the
     demo seed's reproducible keys only)."""
+    # allowed_routes are not checked against the routes: a name only ever narrows what the key
+    # may reach, and routes come and go independently of keys.
+    if expires_at is not None and expires_at <= timezone.now():
+        raise DomainError("expires_at: the expiry must be in the future")
     secret = secret or new_secret(TENANT_KEY_PREFIX)
     key = ApiKey(
         tenant=tenant,
@@ -206,7 +210,36 @@ BUDGET_FIELDS = (
     "max_output_tokens",
     "over_max_output",
     "default_output_allowance",
+    "soft_limit_percent",
+    "soft_limit_action",
+    "soft_limit_route",
 )
+
+
+def _check_routes(tenant: Tenant, names: list[str], what: str) -> None:
+    # Imported here: selectors look routes up through the app registry (rollouts imports
+    # tenants, never the reverse).
+    from tenants.selectors import routes_open_to
+
+    unknown = sorted(set(names) - set(routes_open_to(tenant)))
+    if unknown:
+        raise DomainError(
+            f"{what}: no route {', '.join(map(repr, unknown))} is open to tenant {tenant.slug}"
+        )
+
+
+def _check_soft_limit(budget: Budget) -> None:
+    if budget.soft_limit_action == SoftLimitAction.ROUTE and not budget.soft_limit_route:
+        raise DomainError("soft_limit_route: name the cheaper route to send requests to")
+    if budget.soft_limit_route:
+        _check_routes(budget.tenant, [budget.soft_limit_route], "soft_limit_route")
+    if budget.soft_limit_percent is not None and not (
+        budget.tokens_per_day or budget.tokens_per_month
+    ):
+        raise DomainError(
+            "soft_limit_percent: a soft limit is a share of tokens_per_day or tokens_per_month; "
+            "set one of them first"
+        )
 
 
 def budget_set(
@@ -220,9 +253,12 @@ def budget_set(
         budget, _ = Budget.objects.select_for_update().get_or_create(tenant=tenant)
         before = {name: getattr(budget, name) for name in limits}
         for name, value in limits.items():
-            setattr(budget, name, value)
+            setattr(budget, name, "" if name == "soft_limit_route" and value is None else value)
         budget.full_clean()
-        changed = {n: [before[n], v] for n, v in limits.items() if before[n] != v}
+        _check_soft_limit(budget)
+        changed = {
+            n: [before[n], getattr(budget, n)] for n in limits if before[n] != getattr(budget, n)
+        }
         if not changed:
             return budget
         budget.save()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from tenants import usage
+from tenants.soft_limits import soft_limits_check
 
 
 @shared_task(name="tenants.consume_usage", time_limit=30, soft_time_limit=25)
@@ -17,3 +18,9 @@ def consume_usage() -> None:
 @shared_task(name="tenants.compact_usage", time_limit=300, soft_time_limit=280)
 def compact_usage() -> None:
     usage.compact()
+
+
+@shared_task(name="tenants.check_soft_limits", time_limit=10, soft_time_limit=8)
+def check_soft_limits() -> None:
+    """Flags tenants past their soft limit; publishes to the gateway only when a flag changed."""
+    soft_limits_check()

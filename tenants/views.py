@@ -1,0 +1,282 @@
+"""The tenants' pages: the list of tenants by usage (release managers, viewers), a tenant's quota
+dashboard with its keys, the budget editor with its confirmation step, and a usage export.
+
+A tenant admin sees their own tenant only: every view fetches the tenant through
+`selectors.tenant_get`, so another tenant's URL is a 404 exactly like a tenant that does not exist.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from controlplane.errors import DomainError, NotFound
+from controlplane.http import HtmxHttpRequest
+from tenants import selectors, services
+from tenants.charts import Chart, line_chart
+from tenants.forms import ApiKeyCreateForm, BudgetForm
+from tenants.gauges import gauges
+from tenants.models import Budget, Tenant, User
+
+TIME_FORMATS = {"hour": "%H:%M", "day": "%H:00", "month": "%m-%d"}
+
+
+def _actor(request: HtmxHttpRequest) -> User:
+    assert isinstance(request.user, User)  # noqa: S101 -- login_required has run
+    return request.user
+
+
+def _tenant(request: HtmxHttpRequest, slug: str) -> Tenant:
+    try:
+        return selectors.tenant_get(request.user, slug)
+    except NotFound as exc:
+        raise Http404(str(exc)) from exc
+
+
+def dashboard_url(tenant: Tenant) -> str:
+    return reverse("tenants:tenant-dashboard", args=[tenant.slug])
+
+
+# --- the list -------------------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+def tenant_list(request: HtmxHttpRequest) -> HttpResponse:
+    user = _actor(request)
+    if user.is_tenant_admin and user.tenant is not None:
+        return redirect(dashboard_url(user.tenant))
+    sort = request.GET.get("sort", "usage")
+    if sort not in selectors.OVERVIEW_SORTS:
+        sort = "usage"
+    context = {
+        "rows": selectors.tenants_overview(user, sort=sort),
+        "sort": sort,
+        "sorts": [("usage", "By usage"), ("rejections", "By rejections")],
+    }
+    return render(request, "tenants/tenant_list.html", context)
+
+
+# --- a tenant's dashboard -------------------------------------------------------------------------
+
+
+def _charts(series: selectors.Series) -> list[Chart]:
+    fmt = TIME_FORMATS[series.window.name]
+    buckets = series.buckets
+    rejections = {
+        reason: [float(v) for v in values] for reason, values in series.rejections.items()
+    }
+    return [
+        line_chart(
+            "Tokens",
+            buckets,
+            {"in": series.column("tokens_in"), "out": series.column("tokens_out")},
+            time_format=fmt,
+        ),
+        line_chart(
+            "Requests",
+            buckets,
+            {"served": series.column("requests"), "errors": series.column("errors")},
+            time_format=fmt,
+        ),
+        line_chart(
+            "Rejections by limit",
+            buckets,
+            rejections or {"none": [0.0] * len(buckets)},
+            time_format=fmt,
+        ),
+        line_chart(
+            "Cost", buckets, {"dollars": series.column("cost")}, time_format=fmt, money=True
+        ),
+    ]
+
+
+def _dashboard_context(request: HtmxHttpRequest, tenant: Tenant, **extra: Any) -> dict[str, Any]:
+    window_name = request.GET.get("range", selectors.DEFAULT_WINDOW)
+    window = selectors.WINDOWS.get(window_name) or selectors.WINDOWS[selectors.DEFAULT_WINDOW]
+    series = selectors.usage_series(tenant, window)
+    budget = selectors.budget_of(tenant)
+    can_manage_keys = selectors.may_manage_keys(request.user, tenant)
+    context: dict[str, Any] = {
+        "tenant": tenant,
+        "budget": budget,
+        "gauges": gauges(tenant, budget),
+        "window": window,
+        "windows": list(selectors.WINDOWS.values()),
+        "series": series,
+        "totals": series.overall,
+        "charts": _charts(series),
+        "by_route": selectors.usage_by_route(tenant, window),
+        "rejections": selectors.recent_rejections(tenant),
+        "keys": selectors.api_keys(tenant) if can_manage_keys else None,
+        "can_manage_keys": can_manage_keys,
+        "can_edit_budget": selectors.may_edit_budgets(request.user),
+        "now": timezone.now(),
+    }
+    if can_manage_keys and "key_form" not in extra:
+        context["key_form"] = ApiKeyCreateForm(routes=selectors.routes_open_to(tenant))
+    context.update(extra)
+    return context
+
+
+@require_GET
+@login_required
+@vary_on_headers("HX-Request")
+def tenant_dashboard(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    tenant = _tenant(request, slug)
+    template = "tenants/tenant_dashboard.html"
+    if request.htmx and not request.htmx.history_restore_request:
+        template += "#usage-charts"
+    return render(request, template, _dashboard_context(request, tenant))
+
+
+# --- API keys -------------------------------------------------------------------------------------
+
+
+def _key_manager(request: HtmxHttpRequest, slug: str) -> tuple[User, Tenant]:
+    tenant = _tenant(request, slug)
+    if not selectors.may_manage_keys(request.user, tenant):
+        raise PermissionDenied("only this tenant's admins and release managers manage its keys")
+    return _actor(request), tenant
+
+
+@require_POST
+@login_required
+def api_key_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    actor, tenant = _key_manager(request, slug)
+    form = ApiKeyCreateForm(request.POST, routes=selectors.routes_open_to(tenant))
+    if form.is_valid():
+        try:
+            key, secret = services.api_key_create(
+                actor=actor,
+                tenant=tenant,
+                name=form.cleaned_data["name"],
+                allowed_routes=form.cleaned_data["allowed_routes"],
+                expires_at=form.cleaned_data["expires_at"],
+            )
+        except DomainError as exc:
+            form.add_error(None, str(exc))
+        else:
+            # Rendered, not redirected: the secret must never travel through a session or a URL.
+            context = _dashboard_context(request, tenant, new_key=key, new_secret=secret)
+            response = render(request, "tenants/tenant_dashboard.html", context, status=201)
+            response["Cache-Control"] = "no-store"
+            return response
+    context = _dashboard_context(request, tenant, key_form=form)
+    return render(request, "tenants/tenant_dashboard.html", context, status=400)
+
+
+@require_POST
+@login_required
+def api_key_revoke(request: HtmxHttpRequest, slug: str, key_id: int) -> HttpResponse:
+    actor, tenant = _key_manager(request, slug)
+    try:
+        key = selectors.api_key_get(tenant, key_id)
+    except NotFound as exc:
+        raise Http404(str(exc)) from exc
+    services.api_key_revoke(actor=actor, key_id=key.pk)
+    messages.success(request, f"Key {key.name} ({key.prefix}…) is revoked.")
+    return redirect(dashboard_url(tenant) + "#keys")
+
+
+# --- budgets --------------------------------------------------------------------------------------
+
+
+def _display(budget: Budget, name: str, value: Any) -> str:
+    if value is None or value == "":
+        return "no limit" if name not in ("soft_limit_route",) else "none"
+    field = budget._meta.get_field(name)
+    choices = dict(getattr(field, "choices", None) or ())
+    return str(choices.get(value, f"{value:,}" if isinstance(value, int) else value))
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def budget_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """Editing is two steps: the form, then a page that shows each change (old → new) and saves
+    only when confirmed. Nothing is written before the confirmation."""
+    tenant = _tenant(request, slug)
+    if not selectors.may_edit_budgets(request.user):
+        raise PermissionDenied("only release managers change budgets")
+    current = selectors.budget_of(tenant)
+    routes = selectors.routes_open_to(tenant)
+    if request.method == "GET":
+        form = BudgetForm(instance=selectors.budget_of(tenant), routes=routes)
+        return render(request, "tenants/budget_edit.html", {"tenant": tenant, "form": form})
+    form = BudgetForm(request.POST, instance=selectors.budget_of(tenant), routes=routes)
+    if not form.is_valid():
+        context = {"tenant": tenant, "form": form}
+        return render(request, "tenants/budget_edit.html", context, status=400)
+    limits = form.limits()
+    changes = [
+        (name, _display(current, name, getattr(current, name)), _display(current, name, value))
+        for name, value in limits.items()
+        if (getattr(current, name) or None) != (value or None)
+    ]
+    if not form.cleaned_data["confirmed"] or not changes:
+        confirm: dict[str, Any] = {"tenant": tenant, "form": form}
+        confirm.update(changes=changes, confirming=True)
+        return render(request, "tenants/budget_edit.html", confirm)
+    try:
+        services.budget_set(
+            actor=_actor(request), tenant=tenant, reason=form.cleaned_data["reason"], **limits
+        )
+    except DomainError as exc:
+        form.add_error(None, str(exc))
+        context = {"tenant": tenant, "form": form}
+        return render(request, "tenants/budget_edit.html", context, status=400)
+    messages.success(request, f"Budget of {tenant.name} saved ({len(changes)} changes).")
+    return redirect(dashboard_url(tenant))
+
+
+# --- export ---------------------------------------------------------------------------------------
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+@require_GET
+@login_required
+def usage_export(request: HtmxHttpRequest, slug: str) -> StreamingHttpResponse:
+    """The tenant's hour rows of the last 30 days as CSV, for spreadsheets and invoices."""
+    tenant = _tenant(request, slug)
+    since = timezone.now() - dt.timedelta(days=30)
+    rows = selectors.usage_rows(tenant, since)
+    writer = csv.writer(_Echo())
+    header = ["hour_utc", "route", "arm", "deployment", "requests", "tokens_in", "tokens_out"]
+    header += ["errors", "rejected", "cost_dollars"]
+
+    def lines() -> Any:
+        yield writer.writerow(header)
+        for r in rows.iterator():
+            yield writer.writerow(
+                [
+                    r.bucket.isoformat(),
+                    r.route,
+                    r.arm,
+                    r.deployment,
+                    r.requests,
+                    r.tokens_in,
+                    r.tokens_out,
+                    r.errors,
+                    r.rejected,
+                    f"{r.cost:.6f}",
+                ]
+            )
+
+    response = StreamingHttpResponse(lines(), content_type="text/csv")
+    response["Content-Disposition"] = f'attachment; filename="usage-{tenant.slug}.csv"'
+    return response
