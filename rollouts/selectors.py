@@ -4,16 +4,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from controlplane.errors import NotFound
 from rollouts.choices import LIVE_STATES
 from rollouts.engine import ArmStats, arm_stats
-from rollouts.models import Deployment, Rollout, Route, RouteRule
+from rollouts.models import Deployment, PlanTemplate, Rollout, Route, RouteRule
 from tenants.choices import Role
-from tenants.models import User
+from tenants.models import Tenant, User
 
 RouteTenant = Route.tenants.through
+RuleTenant = RouteRule.tenants.through
 
 
 def visible_routes(user: User | AnonymousUser) -> QuerySet[Route]:
@@ -73,3 +77,49 @@ def step_stats(rollout: Rollout) -> dict[str, ArmStats] | None:
     return {
         arm: arm_stats(rollout.pk, arm, rollout.step_started_at) for arm in ("baseline", "canary")
     }
+
+
+def route_for(user: User | AnonymousUser, name: str) -> Route:
+    """The route named `name` if the user may see it; otherwise it does not exist for them."""
+    route = visible_routes(user).select_related("baseline__artifact", "canary__artifact")
+    found = route.filter(name=name).first()
+    if found is None:
+        raise NotFound(f"no route named {name!r}")
+    return found
+
+
+def visible_rules(user: User | AnonymousUser, route: Route) -> QuerySet[RouteRule]:
+    """A route's rules in order. A tenant admin reads only those that can apply to their tenant
+    (naming no tenant, or theirs), so other tenants' pins do not leak."""
+    rules = (
+        RouteRule.objects.filter(route=route)
+        .select_related("target__artifact", "target__fleet")
+        .prefetch_related("tenants")
+        .order_by("order")
+    )
+    if isinstance(user, User) and user.role == Role.TENANT_ADMIN:
+        if user.tenant_id is None:
+            return rules.none()
+        restricted = RuleTenant.objects.filter(routerule_id=OuterRef("pk"))
+        mine = restricted.filter(tenant_id=user.tenant_id)
+        rules = rules.filter(~Exists(restricted) | Exists(mine))
+    return rules
+
+
+def visible_tenant_slugs(user: User | AnonymousUser, tenants: Iterable[Tenant]) -> list[str]:
+    """The tenants of a route or rule as the user may see them: a tenant admin sees only theirs."""
+    if isinstance(user, User) and user.role == Role.TENANT_ADMIN:
+        return sorted(t.slug for t in tenants if t.pk == user.tenant_id)
+    return sorted(t.slug for t in tenants)
+
+
+def plan_templates() -> QuerySet[PlanTemplate]:
+    """Plan templates hold no tenant's data: every signed-in role reads them."""
+    return PlanTemplate.objects.order_by("name")
+
+
+def plan_template_named(name: str) -> PlanTemplate:
+    template = PlanTemplate.objects.filter(name=name).first()
+    if template is None:
+        raise NotFound(f"no plan template named {name!r}")
+    return template

@@ -4,8 +4,18 @@ from typing import Any
 
 from rest_framework import serializers
 
-from rollouts.models import Rollout, RolloutEvent
+from rollouts.choices import DeploymentState
+from rollouts.models import (
+    RULE_NAME_MAX_LENGTH,
+    Deployment,
+    PlanTemplate,
+    Rollout,
+    RolloutEvent,
+    RouteRule,
+)
+from rollouts.selectors import visible_tenant_slugs
 from rollouts.services import MANUAL_ACTIONS
+from tenants.choices import Tier
 
 
 class StepInput(serializers.Serializer[dict[str, Any]]):
@@ -27,6 +37,12 @@ class RolloutCreateInput(serializers.Serializer[dict[str, Any]]):
     candidate_deployment = serializers.IntegerField(min_value=1)
     steps = StepInput(many=True, required=False)
     gates = SloGatesInput(required=False)
+    plan_template = serializers.SlugField(
+        max_length=100,
+        required=False,
+        help_text="A saved plan template's name: its steps and gates, unless `steps` or `gates` "
+        "are given too",
+    )
     override_reason = serializers.CharField(max_length=4000, required=False, default="")
     start = serializers.BooleanField(default=True)
 
@@ -73,3 +89,74 @@ class RolloutOutput(serializers.ModelSerializer[Rollout]):
             "created_at",
             "events",
         ]
+
+
+class RouteRuleInput(serializers.Serializer[dict[str, Any]]):
+    target_deployment = serializers.IntegerField(min_value=1)
+    tenants = serializers.ListField(child=serializers.SlugField(max_length=63), default=list)
+    tiers = serializers.ListField(child=serializers.ChoiceField(choices=Tier.choices), default=list)
+    min_prompt_tokens = serializers.IntegerField(min_value=0, allow_null=True, default=None)
+    max_prompt_tokens = serializers.IntegerField(min_value=0, allow_null=True, default=None)
+    order = serializers.IntegerField(min_value=0, max_value=32767, allow_null=True, default=None)
+
+
+class RouteRuleCreateInput(RouteRuleInput):
+    name = serializers.CharField(max_length=RULE_NAME_MAX_LENGTH)
+
+
+class RuleTargetOutput(serializers.ModelSerializer[Deployment]):
+    artifact = serializers.CharField(source="artifact.__str__")
+    fleet = serializers.CharField(source="fleet.name")
+
+    class Meta:
+        model = Deployment
+        fields = ["id", "artifact", "fleet", "served_model_name", "max_model_len", "state"]
+
+
+class RouteRuleOutput(serializers.ModelSerializer[RouteRule]):
+    """`tenants` as the caller may see them (a tenant admin: only their own)."""
+
+    arm = serializers.CharField(source="arm_name")
+    tenants = serializers.SerializerMethodField()
+    target = RuleTargetOutput()
+    active = serializers.SerializerMethodField(
+        help_text="False while the target is not ready: the rule is then not published"
+    )
+
+    class Meta:
+        model = RouteRule
+        fields = [
+            "name",
+            "order",
+            "arm",
+            "tenants",
+            "tiers",
+            "min_prompt_tokens",
+            "max_prompt_tokens",
+            "target",
+            "active",
+            "created_at",
+        ]
+
+    def get_tenants(self, rule: RouteRule) -> list[str]:
+        return visible_tenant_slugs(self.context["user"], rule.tenants.all())
+
+    def get_active(self, rule: RouteRule) -> bool:
+        return rule.target.state == DeploymentState.READY
+
+
+class PlanTemplateInput(serializers.Serializer[dict[str, Any]]):
+    description = serializers.CharField(max_length=500, allow_blank=True, default="")
+    steps = StepInput(many=True)
+    progress_deadline_s = serializers.IntegerField(min_value=1, default=1200)
+    gates = SloGatesInput(required=False)
+
+
+class PlanTemplateCreateInput(PlanTemplateInput):
+    name = serializers.SlugField(max_length=100)
+
+
+class PlanTemplateOutput(serializers.ModelSerializer[PlanTemplate]):
+    class Meta:
+        model = PlanTemplate
+        fields = ["name", "description", "plan", "gates", "created_at", "updated_at"]

@@ -78,13 +78,21 @@ class RolloutsView(ListAPIView[Rollout]):
         candidate = Deployment.objects.filter(pk=values["candidate_deployment"]).first()
         if candidate is None:
             raise DomainError(f"no deployment {values['candidate_deployment']}")
+        plan, gates = DEFAULT_PLAN, SloGates()
+        if "plan_template" in values:
+            # The template's plan and gates; steps or gates sent alongside replace its own.
+            try:
+                template = selectors.plan_template_named(values["plan_template"])
+            except NotFound as exc:
+                raise DomainError(str(exc)) from exc  # a field of this request: a 400
+            plan, gates = template.parsed_plan, template.parsed_gates
         try:
-            plan = (
-                Plan.model_validate({"steps": values["steps"]})
-                if "steps" in values
-                else DEFAULT_PLAN
-            )
-            gates = SloGates.model_validate(values["gates"]) if "gates" in values else SloGates()
+            if "steps" in values:
+                plan = Plan.model_validate(
+                    {"steps": values["steps"], "progress_deadline_s": plan.progress_deadline_s}
+                )
+            if "gates" in values:
+                gates = SloGates.model_validate(values["gates"])
         except PydanticError as exc:
             raise DomainError("; ".join(e["msg"] for e in exc.errors())) from exc
         actor = cast(User, request.user)
