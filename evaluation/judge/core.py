@@ -70,10 +70,12 @@ def judge(
 
     `final=False` is an interim look (every engine tick): the decision is ROLLBACK when a metric
     fails, else CONTINUE. `final=True` is the end of the step (bake time and minimum samples
-    met): ROLLBACK when a metric fails; PROMOTE when every metric with data passes (the step
-    passed: the engine goes on to the next step, or promotes after the last); otherwise CONTINUE
-    when more steps follow (a larger share will settle what this one could not; nothing failed)
-    or HOLD for a person when this is the `last_step` judged. A step with no data at all HOLDs.
+    met): ROLLBACK when a metric fails; PROMOTE when every blocking metric with data passes (the
+    step passed: the engine goes on to the next step, or promotes after the last); otherwise
+    CONTINUE when more steps follow (a larger share will settle what this one could not; nothing
+    failed) or HOLD for a person when this is the `last_step` judged. A metric neither arm has
+    data for (no tool calls on the route, no feedback) does not apply; a step with no data at
+    all HOLDs.
 
     `steps` is how many steps of this rollout are judged (the default plan's 5%, 25% and 50%:
     3); each gets an equal share of `policy.alpha`. Looks need no count: the bounds hold at
@@ -104,7 +106,7 @@ def judge(
         )
         for metric in policy.metrics
     )
-    decision, reason = _decide(verdicts, final=final, last_step=last_step)
+    decision, reason = _decide(verdicts, policy.metrics, final=final, last_step=last_step)
     return Report(verdicts, decision, reason, final=final, alpha_per_metric=alpha)
 
 
@@ -307,7 +309,11 @@ def _inconclusive(
 
 
 def _decide(
-    verdicts: tuple[MetricVerdict, ...], *, final: bool, last_step: bool
+    verdicts: tuple[MetricVerdict, ...],
+    metrics: tuple[MetricPolicy, ...],
+    *,
+    final: bool,
+    last_step: bool,
 ) -> tuple[Decision, str]:
     failed = [v.metric for v in verdicts if v.outcome is Outcome.FAIL]
     if failed:
@@ -318,14 +324,20 @@ def _decide(
     judged = [v for v in verdicts if v.rule != NO_DATA]
     if not judged:
         return Decision.HOLD, "no data: neither arm produced anything to compare"
-    open_ = [v.metric for v in judged if v.outcome is Outcome.INCONCLUSIVE]
+    blocking = {m.name for m in metrics if m.blocking}
+    unresolved = [v.metric for v in judged if v.outcome is Outcome.INCONCLUSIVE]
+    open_ = [name for name in unresolved if name in blocking]
+    advisory = [name for name in unresolved if name not in blocking]
+    also = f"; not blocking, unresolved: {', '.join(advisory)}" if advisory else ""
     if not open_:
-        return Decision.PROMOTE, f"every metric with data passed ({len(judged)})"
+        passed = sum(v.outcome is Outcome.PASS for v in judged)
+        return Decision.PROMOTE, f"every blocking metric with data passed ({passed} passed{also})"
     if last_step:
-        return Decision.HOLD, f"unresolved at the last judged step: {', '.join(open_)}"
+        return Decision.HOLD, f"unresolved at the last judged step: {', '.join(open_)}{also}"
     return (
         Decision.CONTINUE,
-        f"nothing failed; unresolved, left to the next step's larger share: {', '.join(open_)}",
+        f"nothing failed; unresolved, left to the next step's larger share: {', '.join(open_)}"
+        f"{also}",
     )
 
 

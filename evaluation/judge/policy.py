@@ -53,6 +53,10 @@ class MetricPolicy:
     # Load-sensitive metrics (latencies) are compared within concurrency and prompt-length
     # strata, and against the control arm when there is one.
     load_sensitive: bool = False
+    # Whether an unresolved verdict holds the last judged step for a person. Metrics that
+    # rarely settle within a step (a p99; sparse user feedback) are better left non-blocking:
+    # they can still roll a candidate back, but their silence does not stop a healthy one.
+    blocking: bool = True
 
     def __post_init__(self) -> None:
         kind = Kind(self.kind)
@@ -76,7 +80,7 @@ class MetricPolicy:
         return Kind(self.kind) in RELATIVE_KINDS
 
 
-def _latency(signal: str, q: float, margin: float) -> MetricPolicy:
+def _latency(signal: str, q: float, margin: float, *, blocking: bool = True) -> MetricPolicy:
     # A quantile estimate needs a few samples beyond it: p99 needs 1,000, not 200.
     name = f"{signal.removesuffix('_ms')}_p{round(q * 100)}"
     min_samples = max(200, round(10 / (1 - q)))
@@ -89,12 +93,22 @@ def _latency(signal: str, q: float, margin: float) -> MetricPolicy:
         min_samples,
         quantile=q,
         load_sensitive=True,
+        blocking=blocking,
     )
 
 
-def _rate(signal: str, margin: float, *, higher_is_better: bool = False) -> MetricPolicy:
+def _rate(
+    signal: str,
+    margin: float,
+    *,
+    higher_is_better: bool = False,
+    min_samples: int = 200,
+    blocking: bool = True,
+) -> MetricPolicy:
     direction = Direction.HIGHER_IS_BETTER if higher_is_better else Direction.LOWER_IS_BETTER
-    return MetricPolicy(f"{signal}_rate", Kind.RATE, signal, direction, margin)
+    return MetricPolicy(
+        f"{signal}_rate", Kind.RATE, signal, direction, margin, min_samples, blocking=blocking
+    )
 
 
 LOWER = Direction.LOWER_IS_BETTER
@@ -135,7 +149,7 @@ class Policy:
 DEFAULT_METRICS: tuple[MetricPolicy, ...] = (
     _latency("ttft_ms", 0.50, 0.10),
     _latency("ttft_ms", 0.95, 0.10),
-    _latency("ttft_ms", 0.99, 0.15),
+    _latency("ttft_ms", 0.99, 0.15, blocking=False),
     _latency("tpot_ms", 0.50, 0.10),
     _latency("tpot_ms", 0.95, 0.10),
     _latency("e2e_ms", 0.95, 0.10),
@@ -148,7 +162,8 @@ DEFAULT_METRICS: tuple[MetricPolicy, ...] = (
     _rate("truncation", 0.02),
     _rate("rejection", 0.02),
     _rate("tool_success", 0.03, higher_is_better=True),
-    _rate("feedback_positive", 0.05, higher_is_better=True),
+    # Feedback comes from a few requests in a hundred, when an application sends it at all.
+    _rate("feedback_positive", 0.05, higher_is_better=True, min_samples=50, blocking=False),
 )
 
 DEFAULT_POLICY = Policy(metrics=DEFAULT_METRICS)

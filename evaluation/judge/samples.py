@@ -64,8 +64,8 @@ class ArmSamples:
         feedback_positive: int = 0,
         feedback_negative: int = 0,
     ) -> ArmSamples:
-        """Coerces array-likes (lists, arrays of other dtypes) into the column dtypes. Missing
-        columns are only allowed when every given column is empty."""
+        """Coerces array-likes (lists, arrays of other dtypes) into the column dtypes and checks
+        the values. Missing columns are only allowed when every given column is empty."""
         unknown = set(columns) - set(_COLUMNS)
         if unknown:
             raise ValueError(f"unknown ArmSamples columns: {sorted(unknown)}")
@@ -78,9 +78,11 @@ class ArmSamples:
                 arrays[column] = np.empty(0, dtype=dtype)
             else:
                 raise ValueError(f"ArmSamples column {column} is missing")
-        return cls(
+        samples = cls(
             **arrays, feedback_positive=feedback_positive, feedback_negative=feedback_negative
         )
+        samples.check_values()
+        return samples
 
     @classmethod
     def from_rows(
@@ -106,11 +108,9 @@ class ArmSamples:
                     else:
                         raise ValueError(f"row {index}: {column} may not be None")
                 lists[column].append(value)
-        samples = cls.from_columns(
+        return cls.from_columns(
             lists, feedback_positive=feedback_positive, feedback_negative=feedback_negative
         )
-        samples.check_values()
-        return samples
 
     def check_values(self) -> None:
         """Refuses values the gateway never writes, naming the column and the value."""
