@@ -1,6 +1,6 @@
 from django.urls import path
 
-from rollouts import views
+from rollouts import route_views, template_views, views
 
 app_name = "rollouts"
 
@@ -9,4 +9,16 @@ urlpatterns = [
     path("new/", views.rollout_create, name="rollout-create"),
     path("<int:rollout_id>/", views.rollout_detail, name="rollout-detail"),
     path("<int:rollout_id>/actions/", views.rollout_action, name="rollout-action"),
+    path("routes/", route_views.route_list, name="route-list"),
+    # Route names may hold slashes (org/model): the rule paths come first.
+    path("routes/<path:name>/rules/", route_views.route_rule_add, name="route-rule-add"),
+    path(
+        "routes/<path:name>/rules/<str:rule_name>/delete/",
+        route_views.route_rule_delete,
+        name="route-rule-delete",
+    ),
+    path("routes/<path:name>/", route_views.route_detail, name="route-detail"),
+    path("templates/", template_views.template_list, name="template-list"),
+    path("templates/<slug:name>/", template_views.template_detail, name="template-detail"),
+    path("templates/<slug:name>/delete/", template_views.template_delete, name="template-delete"),
 ]

@@ -380,15 +380,19 @@ def rollout_create(request: HtmxHttpRequest) -> HttpResponse:
     actor = _release_manager(request)
     template = "rollouts/rollout_create.html"
     data = request.POST if request.method == "POST" else request.GET
+    # The chosen plan template seeds the step rows (and brings its gates); the form validates it.
+    seed = selectors.plan_templates().filter(name=data.get("plan_template") or "").first()
     if request.method == "GET" or "check" in data:
         # Not a submission: the form is drawn from what was chosen so far, without errors.
-        form = RolloutCreateForm(initial=data.dict())
+        form = RolloutCreateForm(initial=data.dict(), seed=seed)
         context: dict[str, Any] = {"form": form, **_gates_context(_chosen(data.get("candidate")))}
         if _wants_fragment(request):
-            template += "#candidate-gates"
+            # Two selects swap fragments: the template's the plan, the candidate's its gates.
+            plan = request.htmx.target == "plan-steps"
+            template += "#plan-steps" if plan else "#candidate-gates"
         return render(request, template, context)
 
-    form = RolloutCreateForm(request.POST)
+    form = RolloutCreateForm(request.POST, seed=seed)
     valid = form.is_valid()
     context = {"form": form, **_gates_context(form.cleaned_data.get("candidate"))}
     override = form.cleaned_data.get("override_reason", "").strip()
@@ -405,6 +409,7 @@ def rollout_create(request: HtmxHttpRequest) -> HttpResponse:
                 route=form.cleaned_data["route"],
                 candidate=form.cleaned_data["candidate"],
                 plan=form.cleaned_data["plan"],
+                gates=form.cleaned_data["gates"],
                 # A written override is recorded against the artifact: only when one is needed.
                 override_reason=override if context["needs_override"] else "",
             )

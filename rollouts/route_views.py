@@ -1,0 +1,124 @@
+"""Routes and their rules. Each role reads the routes it may see (`selectors.visible_routes`) and,
+of their rules, those that can apply to it; release managers add and remove rules here, with
+plain forms that work without JS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from controlplane.errors import DomainError, NotFound
+from controlplane.http import HtmxHttpRequest
+from rollouts import selectors, services
+from rollouts.choices import DeploymentState
+from rollouts.forms import RouteRuleDeleteForm, RouteRuleForm
+from rollouts.models import Route
+from rollouts.views import _is_release_manager, _release_manager
+
+
+def _route_or_404(request: HtmxHttpRequest, name: str) -> Route:
+    try:
+        return selectors.route_for(request.user, name)
+    except NotFound as exc:
+        raise Http404(str(exc)) from exc
+
+
+def route_url(route: Route) -> str:
+    return reverse("rollouts:route-detail", args=[route.name])
+
+
+@require_GET
+@login_required
+def route_list(request: HtmxHttpRequest) -> HttpResponse:
+    routes = (
+        selectors.visible_routes(request.user)
+        .select_related("baseline__artifact", "canary__artifact")
+        .prefetch_related("tenants")
+        .order_by("name")
+    )
+    rows = [
+        (route, selectors.visible_tenant_slugs(request.user, route.tenants.all()))
+        for route in routes
+    ]
+    return render(request, "rollouts/route_list.html", {"rows": rows})
+
+
+def _detail_context(
+    request: HtmxHttpRequest,
+    route: Route,
+    form: RouteRuleForm | None = None,
+    delete_form: RouteRuleDeleteForm | None = None,
+) -> dict[str, Any]:
+    rules = [
+        (rule, selectors.visible_tenant_slugs(request.user, rule.tenants.all()))
+        for rule in selectors.visible_rules(request.user, route)
+    ]
+    may_edit = _is_release_manager(request)
+    return {
+        "route": route,
+        "tenants": selectors.visible_tenant_slugs(request.user, route.tenants.all()),
+        "rules": rules,
+        "ready": DeploymentState.READY,
+        "may_edit": may_edit,
+        "form": form or (RouteRuleForm() if may_edit else None),
+        "delete_form": delete_form or RouteRuleDeleteForm(),
+    }
+
+
+@require_GET
+@login_required
+def route_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    route = _route_or_404(request, name)
+    return render(request, "rollouts/route_detail.html", _detail_context(request, route))
+
+
+@require_POST
+@login_required
+def route_rule_add(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    actor = _release_manager(request)
+    route = _route_or_404(request, name)
+    form = RouteRuleForm(request.POST)
+    if form.is_valid():
+        values = form.cleaned_data
+        try:
+            services.route_rule_create(
+                actor=actor,
+                route=route,
+                name=values["name"],
+                target=values["target"],
+                tenants=values["tenants"],
+                tiers=values["tiers"],
+                min_prompt_tokens=values["min_prompt_tokens"],
+                max_prompt_tokens=values["max_prompt_tokens"],
+                order=values["order"],
+            )
+        except DomainError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Rule {values['name']} added; the gateway follows.")
+            return redirect(route_url(route))
+    context = _detail_context(request, route, form=form)
+    return render(request, "rollouts/route_detail.html", context, status=400)
+
+
+@require_POST
+@login_required
+def route_rule_delete(request: HtmxHttpRequest, name: str, rule_name: str) -> HttpResponse:
+    actor = _release_manager(request)
+    route = _route_or_404(request, name)
+    rule = selectors.visible_rules(actor, route).filter(name=rule_name).first()
+    if rule is None:
+        raise Http404(f"route {route.name} has no rule named {rule_name!r}")
+    form = RouteRuleDeleteForm(request.POST)
+    if not form.is_valid():
+        context = _detail_context(request, route, delete_form=form)
+        return render(request, "rollouts/route_detail.html", context, status=400)
+    services.route_rule_delete(actor=actor, rule_id=rule.pk, reason=form.cleaned_data["reason"])
+    messages.success(request, f"Rule {rule_name} removed; its requests rejoin the split.")
+    return redirect(route_url(route))
