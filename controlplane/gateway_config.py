@@ -13,6 +13,7 @@ from collections import defaultdict
 from django.utils import timezone
 
 from controlplane.redis import get_redis
+from evaluation.costs import deployment_unit_cost
 from gateway import snapshot as schema
 from rollouts.choices import LIVE_STATES, DeploymentState, ReplicaState
 from rollouts.models import Deployment, Rollout, Route, RouteRule
@@ -75,9 +76,9 @@ def build_snapshot(version: int) -> schema.Snapshot:
         Rollout.objects.filter(state__in=LIVE_STATES).values_list("route_id", "pk")
     )
     rules = _rules(deployments)
-    for route in Route.objects.select_related("baseline__fleet", "canary__fleet").prefetch_related(
-        "tenants", "baseline__fleet__replicas", "canary__fleet__replicas"
-    ):
+    for route in Route.objects.select_related(
+        "baseline__fleet", "canary__fleet", "baseline__cost", "canary__cost"
+    ).prefetch_related("tenants", "baseline__fleet__replicas", "canary__fleet__replicas"):
         arms = [_arm("baseline", route.baseline, 100.0 - route.canary_weight, deployments)]
         if route.canary is not None:
             arms.append(_arm("canary", route.canary, route.canary_weight, deployments))
@@ -149,6 +150,7 @@ def _arm(
             kv_cache_usage=deployment.kv_cache_usage,
             waiting_requests=deployment.waiting_requests,
             max_in_flight_per_replica=deployment.max_in_flight_per_replica,
+            cost_per_million_tokens=deployment_unit_cost(deployment).dollars_per_million_tokens,
         )
     return schema.Arm(name=name, deployment_id=key, weight=weight)
 

@@ -9,6 +9,7 @@ api_v1 = [
     path("", include("tenants.api.urls")),
     path("registry/", include("registry.api.urls")),
     path("", include("rollouts.api.urls")),
+    path("", include("evaluation.api.urls")),
 ]
 
 urlpatterns = [

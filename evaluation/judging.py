@@ -1,0 +1,113 @@
+"""The judge at work on a rollout: read one step's samples of both arms, ask the statistical core
+(`evaluation.judge`), and keep the answer as a `Verdict` that names the samples it read.
+
+The engine (`rollouts.engine.relative_judgment`) looks on every tick: interim looks while the step
+bakes (they may only roll back), a final look once bake time and minimum samples are met. Looks
+are not all stored: a 2 s tick would write thousands of rows a day. A look is kept when the
+engine acts on it, when its decision or any metric's outcome differs from the last one kept for
+the step, or when the last one kept is older than `KEEP_EVERY_S`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+from evaluation import selectors, services
+from evaluation.judge import DEFAULT_POLICY, Decision, Outcome, Policy, Report, judge
+from evaluation.models import Verdict
+from rollouts.models import Rollout
+
+KEEP_EVERY_S = 60
+TOO_FEW = "too few samples"
+
+
+@dataclass(frozen=True)
+class Look:
+    rollout_id: int
+    step: int
+    looked_at: dt.datetime
+    final: bool
+    report: Report
+    window: selectors.Window
+
+    @property
+    def decision(self) -> Decision:
+        return self.report.decision
+
+    def waiting_for_samples(self, policy: Policy = DEFAULT_POLICY) -> list[str]:
+        """The blocking metrics left unresolved only for want of samples: more time settles
+        them, so they are no reason to call a person yet."""
+        blocking = {m.name for m in policy.metrics if getattr(m, "blocking", True)}
+        return [
+            v.metric
+            for v in self.report.verdicts
+            if v.outcome is Outcome.INCONCLUSIVE
+            and v.metric in blocking
+            and v.rule.startswith(TOO_FEW)
+        ]
+
+
+def judged_steps(rollout: Rollout) -> list[int]:
+    """The steps the judge compares arms in: every step but 100%, where the baseline gets no
+    traffic (that step runs on the guardrails and SLO gates alone)."""
+    return [i for i, step in enumerate(rollout.parsed_plan.steps) if step.weight < 100]
+
+
+def report_of(window: selectors.Window, *, rollout: Rollout, final: bool) -> Report:
+    """The judge's report on exactly the samples of `window`: what a look computed, and what
+    recomputing a stored verdict computes again."""
+    judged = judged_steps(rollout)
+    return judge(
+        selectors.arm_samples(window, "baseline"),
+        selectors.arm_samples(window, "canary"),
+        DEFAULT_POLICY,
+        final=final,
+        steps=max(1, len(judged)),
+        last_step=bool(judged) and window.step == judged[-1],
+    )
+
+
+def step_look(rollout: Rollout, *, now: dt.datetime, final: bool) -> Look | None:
+    """A look at the rollout's current step; None at a step the judge does not compare."""
+    step = rollout.step_index
+    if step not in judged_steps(rollout):
+        return None
+    window = selectors.current_window(rollout.pk, step)
+    report = report_of(window, rollout=rollout, final=final)
+    return Look(rollout.pk, step, now, final, report, window)
+
+
+def _outcomes(report: dict[str, Any]) -> tuple[object, ...]:
+    verdicts = report.get("verdicts") or []
+    return (report.get("decision"), *((v["metric"], v["outcome"]) for v in verdicts))
+
+
+def keep(look: Look, *, rollout: Rollout, acted: bool) -> Verdict | None:
+    """Stores the look when it is worth a row (see the module's docstring)."""
+    report = look.report.to_dict()
+    if not acted:
+        last = selectors.latest_verdict(look.rollout_id, look.step)
+        if (
+            last is not None
+            and _outcomes(last.report) == _outcomes(report)
+            and (look.looked_at - last.looked_at).total_seconds() < KEEP_EVERY_S
+        ):
+            return None
+    return services.verdict_record(
+        rollout=rollout,
+        step=look.step,
+        looked_at=look.looked_at,
+        final=look.final,
+        decision=str(look.decision),
+        reason=look.report.reason,
+        report=report,
+        window=look.window.to_dict(),
+    )
+
+
+def recompute(verdict: Verdict) -> Report:
+    """The report a stored verdict's samples give today (the same, while they are retained)."""
+    window = selectors.Window.from_dict(verdict.window)
+    return report_of(window, rollout=verdict.rollout, final=verdict.final)
