@@ -3,11 +3,13 @@ what reaches the gateway's snapshot."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
 import pytest
 import redis
+from django.db import connection
 from django.utils import timezone
 
 from controlplane.errors import Conflict, DomainError, PermissionDenied
@@ -334,3 +336,33 @@ def test_rule_samples_count_as_neither_arm_of_the_rollout(
         arm_stats(rollout.pk, "baseline", since),
     )
     assert (canary.samples, canary.errors, baseline.samples, baseline.errors) == (3, 0, 4, 0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_rules_added_at_once_get_their_own_orders(
+    route: Route, long_context: Deployment, release_manager: User, redis_client: redis.Redis
+) -> None:
+    """Both read "the last order is 0" without the route's row lock; with it, the second waits
+    and goes after the first, instead of failing on the unique order."""
+    barrier = threading.Barrier(2)
+    errors: list[Exception] = []
+
+    def add(name: str) -> None:
+        try:
+            barrier.wait()
+            route_rule_create(
+                actor=release_manager, route=route, name=name, target=long_context, tiers=["batch"]
+            )
+        except Exception as exc:  # noqa: BLE001 -- reported by the assertion below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=add, args=(name,)) for name in ("one", "two")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(RouteRule.objects.values_list("order", flat=True)) == [1, 2]
+    assert AuditEvent.objects.filter(action="route_rule.created").count() == 2
