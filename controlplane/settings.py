@@ -172,7 +172,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
-    "ENUM_NAME_OVERRIDES": {"RolloutStateEnum": "rollouts.choices.RolloutState"},
+    "ENUM_NAME_OVERRIDES": {
+        "RolloutStateEnum": "rollouts.choices.RolloutState",
+        "TierEnum": "tenants.choices.Tier",
+    },
 }
 
 # Celery: Redis broker, JSON only, no result backend (outcomes are rows and events, not results).

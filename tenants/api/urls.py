@@ -1,7 +1,17 @@
 from django.urls import path
 
-from tenants.api.views import MeView
+from tenants.api import views
 
 urlpatterns = [
-    path("me", MeView.as_view(), name="api-me"),
+    path("me", views.MeView.as_view(), name="api-me"),
+    path("tenants", views.TenantsView.as_view(), name="api-tenants"),
+    path("tenants/<slug:slug>", views.TenantView.as_view(), name="api-tenant"),
+    path("tenants/<slug:slug>/budget", views.BudgetView.as_view(), name="api-tenant-budget"),
+    path("tenants/<slug:slug>/keys", views.ApiKeysView.as_view(), name="api-tenant-keys"),
+    path(
+        "tenants/<slug:slug>/keys/<int:key_id>/revoke",
+        views.ApiKeyRevokeView.as_view(),
+        name="api-tenant-key-revoke",
+    ),
+    path("tenants/<slug:slug>/usage", views.UsageView.as_view(), name="api-tenant-usage"),
 ]

@@ -20,9 +20,12 @@ import datetime as dt
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import pytest
 import redis
+from django.http import HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern
@@ -205,10 +208,12 @@ def _values(world: World, pattern: str, name: str, owner: str) -> list[str] | No
 # --- the assertions -------------------------------------------------------------------------------
 
 
-def _body(response: object) -> str:
-    if getattr(response, "streaming", False):
-        return b"".join(response.streaming_content).decode(errors="replace")  # type: ignore[attr-defined]
-    return response.content.decode(errors="replace")  # type: ignore[attr-defined]
+def _body(response: HttpResponseBase) -> str:
+    if isinstance(response, StreamingHttpResponse):
+        content = b"".join(cast(Iterator[bytes], response.streaming_content))
+    else:
+        content = cast(HttpResponse, response).content
+    return content.decode(errors="replace")
 
 
 def _leaks(body: str, secrets: list[str], echoes: tuple[str, ...], status: int) -> list[str]:
