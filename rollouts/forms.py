@@ -270,14 +270,10 @@ class RuleTargetChoiceField(forms.ModelChoiceField[Deployment]):
         return f"{obj.artifact} · {obj.fleet.name} · {obj.served_model_name}{context}"
 
 
-class RouteRuleForm(forms.Form):
-    """A rule of a route. The service decides what is valid (a ready target, a sane range, a
-    condition at all); the form only parses."""
+class RouteRuleEditForm(forms.Form):
+    """What a rule matches and where it sends it. The service decides what is valid (a ready
+    target, a sane range, a condition at all); the form only parses."""
 
-    name = forms.CharField(
-        max_length=RULE_NAME_MAX_LENGTH,
-        help_text="Its requests are recorded under the arm rule:<name>.",
-    )
     target = RuleTargetChoiceField(
         queryset=Deployment.objects.filter(state=DeploymentState.READY)
         .select_related("artifact", "fleet")
@@ -299,6 +295,16 @@ class RouteRuleForm(forms.Form):
     order = forms.IntegerField(
         min_value=0, max_value=32767, required=False, help_text="Blank: after the last rule."
     )
+
+
+class RouteRuleForm(RouteRuleEditForm):
+    """A new rule: a name as well (it cannot change later)."""
+
+    name = forms.CharField(
+        max_length=RULE_NAME_MAX_LENGTH,
+        help_text="Its requests are recorded under the arm rule:<name>.",
+    )
+    field_order = ["name"]
 
 
 class RouteRuleDeleteForm(forms.Form):

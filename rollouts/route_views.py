@@ -11,13 +11,13 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from controlplane.errors import DomainError, NotFound
 from controlplane.http import HtmxHttpRequest
 from rollouts import selectors, services
 from rollouts.choices import DeploymentState
-from rollouts.forms import RouteRuleDeleteForm, RouteRuleForm
+from rollouts.forms import RouteRuleDeleteForm, RouteRuleEditForm, RouteRuleForm
 from rollouts.models import Route
 from rollouts.views import _is_release_manager, _release_manager
 
@@ -105,6 +105,53 @@ def route_rule_add(request: HtmxHttpRequest, name: str) -> HttpResponse:
             return redirect(route_url(route))
     context = _detail_context(request, route, form=form)
     return render(request, "rollouts/route_detail.html", context, status=400)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def route_rule_edit(request: HtmxHttpRequest, name: str, rule_name: str) -> HttpResponse:
+    """Replaces what a rule matches and where it sends it; its name stays (past samples carry
+    it as their arm)."""
+    actor = _release_manager(request)
+    route = _route_or_404(request, name)
+    rule = selectors.visible_rules(actor, route).filter(name=rule_name).first()
+    if rule is None:
+        raise Http404(f"route {route.name} has no rule named {rule_name!r}")
+    if request.method == "GET":
+        form = RouteRuleEditForm(
+            initial={
+                "target": rule.target_id,
+                "tenants": [t.slug for t in rule.tenants.all()],
+                "tiers": rule.tiers,
+                "min_prompt_tokens": rule.min_prompt_tokens,
+                "max_prompt_tokens": rule.max_prompt_tokens,
+                "order": rule.order,
+            }
+        )
+        return render(
+            request, "rollouts/route_rule_edit.html", {"route": route, "rule": rule, "form": form}
+        )
+    form = RouteRuleEditForm(request.POST)
+    if form.is_valid():
+        values = form.cleaned_data
+        try:
+            services.route_rule_update(
+                actor=actor,
+                rule_id=rule.pk,
+                target=values["target"],
+                tenants=values["tenants"],
+                tiers=values["tiers"],
+                min_prompt_tokens=values["min_prompt_tokens"],
+                max_prompt_tokens=values["max_prompt_tokens"],
+                order=values["order"],
+            )
+        except DomainError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Rule {rule.name} saved; the gateway follows.")
+            return redirect(route_url(route))
+    context = {"route": route, "rule": rule, "form": form}
+    return render(request, "rollouts/route_rule_edit.html", context, status=400)
 
 
 @require_POST

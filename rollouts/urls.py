@@ -17,6 +17,11 @@ urlpatterns = [
         route_views.route_rule_delete,
         name="route-rule-delete",
     ),
+    path(
+        "routes/<path:name>/rules/<str:rule_name>/",
+        route_views.route_rule_edit,
+        name="route-rule-edit",
+    ),
     path("routes/<path:name>/", route_views.route_detail, name="route-detail"),
     path("templates/", template_views.template_list, name="template-list"),
     path("templates/<slug:name>/", template_views.template_detail, name="template-detail"),

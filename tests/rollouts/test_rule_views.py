@@ -163,3 +163,55 @@ def test_a_rule_whose_deployment_left_service_is_marked_not_applied(
     page = client.get("/rollouts/routes/chat/").content.decode()
     assert '<tr data-rule="batch" class="inactive">' in page
     assert "(draining: not applied)" in page
+
+
+def test_a_release_manager_edits_a_rule_but_not_its_name(
+    client: Client,
+    route: Route,
+    cheap: Deployment,
+    tenant_a: Tenant,
+    release_manager: User,
+    redis_client: redis.Redis,
+) -> None:
+    route_rule_create(
+        actor=release_manager, route=route, name="batch", target=cheap, tiers=["batch"]
+    )
+    client.force_login(release_manager)
+    url = "/rollouts/routes/chat/rules/batch/"
+    page = client.get(url).content.decode()
+    assert '<input type="checkbox" name="tiers" value="batch" id="id_tiers_2" checked>' in page
+    assert 'name="name"' not in page
+    refused = client.post(
+        url, {"target": cheap.pk, "min_prompt_tokens": "9", "max_prompt_tokens": "8"}
+    )
+    assert refused.status_code == 400
+    assert "min_prompt_tokens (9) is above max_prompt_tokens (8)" in refused.content.decode()
+    saved = client.post(url, {"target": cheap.pk, "tenants": ["tenant-a"], "name": "renamed"})
+    assert saved.status_code == 302
+    rule = RouteRule.objects.get()
+    assert (rule.name, rule.tiers, [t.slug for t in rule.tenants.all()]) == (
+        "batch",
+        [],
+        ["tenant-a"],
+    )
+    assert AuditEvent.objects.filter(action="route_rule.updated").count() == 1
+
+
+@pytest.mark.parametrize("actor", ["viewer", "tenant_a_admin"])
+def test_only_release_managers_open_the_rule_editor(
+    client: Client,
+    request: pytest.FixtureRequest,
+    route: Route,
+    cheap: Deployment,
+    release_manager: User,
+    actor: str,
+) -> None:
+    route_rule_create(
+        actor=release_manager, route=route, name="batch", target=cheap, tiers=["batch"]
+    )
+    client.force_login(request.getfixturevalue(actor))
+    assert client.get("/rollouts/routes/chat/rules/batch/").status_code == 403
+    assert (
+        client.post("/rollouts/routes/chat/rules/batch/", {"target": cheap.pk}).status_code == 403
+    )
+    assert RouteRule.objects.get().tiers == ["batch"]
