@@ -31,9 +31,12 @@ return 1
 """
 
 
-def _budget(budget: Budget | None) -> schema.Budget:
+def _budget(budget: Budget | None, route_names: set[str]) -> schema.Budget:
     if budget is None:
         return schema.Budget()
+    # A fallback route deleted since the budget named it would make the whole snapshot invalid:
+    # leave it out, and the gateway refuses past the soft limit instead of routing.
+    fallback = budget.soft_limit_route if budget.soft_limit_route in route_names else None
     return schema.Budget(
         requests_per_minute=budget.requests_per_minute,
         input_tokens_per_minute=budget.input_tokens_per_minute,
@@ -45,17 +48,21 @@ def _budget(budget: Budget | None) -> schema.Budget:
         max_output_tokens=budget.max_output_tokens,
         over_max_output=budget.over_max_output,  # type: ignore[arg-type]
         default_output_allowance=budget.default_output_allowance,
+        soft_limit_action=budget.soft_limit_action,  # type: ignore[arg-type]
+        soft_limit_route=fallback,
     )
 
 
 def build_snapshot(version: int) -> schema.Snapshot:
+    route_names = set(Route.objects.values_list("name", flat=True))
     tenants = {
         str(t.pk): schema.Tenant(
             id=str(t.pk),
             slug=t.slug,
             tier=t.tier,  # type: ignore[arg-type]
             fail_mode=t.fail_mode,  # type: ignore[arg-type]
-            budget=_budget(getattr(t, "budget", None)),
+            budget=_budget(getattr(t, "budget", None), route_names),
+            over_soft_limit=t.over_soft_limit,
         )
         for t in Tenant.objects.select_related("budget")
     }
