@@ -158,7 +158,7 @@ SUMS = {
 }
 
 REJECTIONS_BY_REASON = """
-SELECT date_trunc(%s, r.bucket AT TIME ZONE 'UTC') AS b, j.key, sum(j.value::bigint)
+SELECT date_trunc(%s, r.bucket AT TIME ZONE 'UTC') AS b, j.key, sum(j.value::numeric)
 FROM tenants_usagerollup AS r, jsonb_each_text(r.rejections) AS j
 WHERE r.tenant_id = %s AND r.granularity = %s AND r.bucket >= %s AND r.rejected > 0
 GROUP BY b, j.key
