@@ -36,6 +36,10 @@ class Look:
     def decision(self) -> Decision:
         return self.report.decision
 
+    def __str__(self) -> str:
+        look = "final" if self.final else "interim"
+        return f"{self.decision} ({look} look at step {self.step + 1}): {self.report.reason}"
+
     def waiting_for_samples(self, policy: Policy = DEFAULT_POLICY) -> list[str]:
         """The blocking metrics left unresolved only for want of samples: more time settles
         them, so they are no reason to call a person yet."""

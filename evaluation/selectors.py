@@ -6,11 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.models import AnonymousUser
 from django.db.models import Count, Max, Q, QuerySet
 
+from controlplane.errors import NotFound
 from evaluation.choices import POSITIVE_FEEDBACK
 from evaluation.judge import ArmSamples
 from evaluation.models import Feedback, RequestSample, Verdict
+from rollouts.choices import RolloutState
+from rollouts.models import Rollout
+from rollouts.selectors import visible_rollouts
+from tenants.models import User
 
 # The arms a rollout compares; route rules' arms ("rule:<name>") belong to neither.
 ARMS = ("baseline", "canary")
@@ -97,12 +103,20 @@ def arm_samples(window: Window, arm: str) -> ArmSamples:
         .values_list(*COLUMNS)
     )
     positive, negative = window.feedback.get(arm, (0, 0))
-    columns = list(zip(*rows, strict=True)) if rows else []
-    return ArmSamples.from_columns(
-        {name: list(values) for name, values in zip(COLUMNS, columns, strict=True)},
-        feedback_positive=positive,
-        feedback_negative=negative,
+    rows_list = list(rows)
+    columns = (
+        {
+            name: list(values)
+            for name, values in zip(COLUMNS, zip(*rows_list, strict=True), strict=True)
+        }
+        if rows_list
+        else {}
     )
+    if columns:
+        # The gateway records a cost of 0 when the deployment's unit cost is not known: that is
+        # no data about cost (the judge leaves such requests out), not a free request.
+        columns["cost"] = [cost if cost > 0 else None for cost in columns["cost"]]
+    return ArmSamples.from_columns(columns, feedback_positive=positive, feedback_negative=negative)
 
 
 def rollout_verdicts(rollout_id: int) -> QuerySet[Verdict]:
@@ -114,3 +128,57 @@ def latest_verdict(rollout_id: int, step: int | None = None) -> Verdict | None:
     if step is not None:
         verdicts = verdicts.filter(step=step)
     return verdicts.order_by("-looked_at", "-id").first()
+
+
+def report_rollout(user: User | AnonymousUser, rollout_id: int) -> Rollout:
+    """A rollout for its A/B report, if the user may see it (the same rule as the rollout page:
+    a rollout on a route the user may not see does not exist for them)."""
+    rollout = (
+        visible_rollouts(user)
+        .select_related(
+            "route",
+            "baseline__artifact",
+            "baseline__fleet",
+            "baseline__cost",
+            "candidate__artifact",
+            "candidate__fleet",
+            "candidate__cost",
+        )
+        .prefetch_related("baseline__fleet__replicas", "candidate__fleet__replicas")
+        .filter(pk=rollout_id)
+        .first()
+    )
+    if rollout is None:
+        raise NotFound(f"rollout {rollout_id} does not exist")
+    return rollout
+
+
+@dataclass(frozen=True)
+class CurrentVerdict:
+    """A rollout's verdict as an external controller reads it (Argo Rollouts, Flagger)."""
+
+    decision: str  # continue, promote, hold, rollback, or pending (nothing judged yet)
+    reason: str
+    step: int
+    final: bool
+    verdict: Verdict | None
+
+    @property
+    def value(self) -> int:
+        """1 healthy (continue, promote), -1 roll back, 0 undecided (hold, pending): Argo reads
+        1 as success, -1 as failure and anything else as inconclusive (which pauses it)."""
+        return {"continue": 1, "promote": 1, "rollback": -1}.get(self.decision, 0)
+
+
+def current_verdict(rollout: Rollout) -> CurrentVerdict:
+    """The rollout's state first (an ended rollout's outcome is final), then the judge's last
+    stored look."""
+    latest = latest_verdict(rollout.pk)
+    step = latest.step if latest else rollout.step_index
+    if rollout.state in (RolloutState.ROLLED_BACK, RolloutState.ABORTED, RolloutState.FAILED):
+        return CurrentVerdict("rollback", f"the rollout {rollout.state}", step, True, latest)
+    if rollout.state == RolloutState.PROMOTED:
+        return CurrentVerdict("promote", "the rollout was promoted", step, True, latest)
+    if latest is None:
+        return CurrentVerdict("pending", "the judge has not looked yet", step, False, None)
+    return CurrentVerdict(latest.decision, latest.reason, step, latest.final, latest)

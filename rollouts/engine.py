@@ -1,17 +1,19 @@
 """What a tick decides for a running rollout: hold, roll back, move on, or promote.
 
 Fast guardrails run on every tick on the current step's candidate samples (error rate, timeout
-rate, hard SLO breaches) and roll back the moment they are crossed, whatever the bake time. When
-the step has baked long enough and holds enough samples, the step is decided. The relative A/B
-judgment of candidate against baseline plugs in at `relative_judgment` (the evaluation app);
-until it exists, a step is passed on the guardrails and SLO gates alone, and every event says so.
+rate, hard SLO breaches) and roll back the moment they are crossed, whatever the bake time. The
+A/B judge (the evaluation app, through `relative_judgment`) compares the candidate with the
+baseline on every tick too: interim looks while the step bakes may only roll back; once the step
+has baked and holds enough samples, a final look passes it (next step or promotion), rolls back,
+or pauses the rollout for a person when the evidence stays unresolved at the last judged step.
+The 100% step has no baseline traffic to compare with and runs on the guardrails alone.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from django.db import connection
 from django.utils import timezone
@@ -22,7 +24,14 @@ from rollouts.models import Deployment, Rollout
 from rollouts.plans import SloGates
 from rollouts.services import rollout_transition
 
-Action = Literal["hold", "rollback", "advance", "promote"]
+if TYPE_CHECKING:
+    from evaluation.judging import Look
+
+# "hold" keeps the step running; "pause" stops the rollout for a person.
+Action = Literal["hold", "rollback", "advance", "promote", "pause"]
+# How long past its bake time the last judged step may wait for the samples the judge needs
+# before a person is asked instead: this, or twice the bake time if longer.
+SAMPLE_PATIENCE_S = 300
 
 
 @dataclass(frozen=True)
@@ -69,12 +78,33 @@ def arm_stats(rollout_id: int, arm: str, since: dt.datetime) -> ArmStats:
     return ArmStats(samples, errors, timeouts, ttft, tpot)
 
 
-def relative_judgment(rollout: Rollout) -> str | None:
-    """The seam for the A/B judge (evaluation issue): None means no relative judgment was made."""
-    return None
+def relative_judgment(
+    rollout: Rollout, *, now: dt.datetime | None = None, final: bool = False
+) -> Look | None:
+    """The A/B judge's look at the current step (None at a step it does not compare)."""
+    from evaluation.judging import step_look  # the evaluation app reads this app's models
+
+    return step_look(rollout, now=now or timezone.now(), final=final)
 
 
-def decide(rollout: Rollout, now: dt.datetime | None = None) -> Decision:
+def _keep(
+    look: Look, rollout: Rollout, evidence: dict[str, object], *, acted: bool, record: bool
+) -> None:
+    """Stores the look (sparingly, unless acted on) and names it in the decision's evidence."""
+    from evaluation.judging import keep
+
+    verdict = keep(look, rollout=rollout, acted=acted) if record else None
+    evidence["judge"] = {
+        "decision": str(look.decision),
+        "final": look.final,
+        "reason": look.report.reason,
+        "verdict": verdict.pk if verdict is not None else None,
+    }
+
+
+def decide(rollout: Rollout, now: dt.datetime | None = None, *, record: bool = False) -> Decision:
+    """What this tick would do. `record` stores the judge's look as a verdict (the tick does;
+    a page that previews the decision does not)."""
     now = now or timezone.now()
     started = rollout.step_started_at or now  # set on entering RUNNING; never None there
     step = rollout.parsed_plan.steps[rollout.step_index]
@@ -95,19 +125,44 @@ def decide(rollout: Rollout, now: dt.datetime | None = None) -> Decision:
             return Decision("rollback", breach, evidence)
     # At 100% the baseline gets no traffic: only the candidate's samples can count.
     baseline_needed = step.min_samples if step.weight < 100 else 0
-    if baked_s < step.min_bake_s or canary.samples < step.min_samples:
-        return Decision("hold", "baking", evidence)
-    if baseline.samples < baseline_needed:
-        return Decision("hold", "waiting for baseline samples", evidence)
-    judgment = relative_judgment(rollout)
-    evidence["relative_judgment"] = judgment
+    baking = baked_s < step.min_bake_s or canary.samples < step.min_samples
+    short_of_baseline = baseline.samples < baseline_needed
+    look = relative_judgment(rollout, now=now, final=not (baking or short_of_baseline))
+    if look is not None and look.decision == "rollback":
+        _keep(look, rollout, evidence, acted=True, record=record)
+        return Decision("rollback", f"the A/B judge: {look.report.reason}", evidence)
+    if baking or short_of_baseline:
+        if look is not None:
+            _keep(look, rollout, evidence, acted=False, record=record)
+        return Decision("hold", "baking" if baking else "waiting for baseline samples", evidence)
     last = rollout.step_index + 1 >= len(rollout.parsed_plan.steps)
-    reason = (
+    passed = (
         f"step {rollout.step_index + 1} at {step.weight:g}% held {canary.samples} candidate "
-        f"samples over {baked_s:.0f} s within the guardrails and SLO gates "
-        "(no relative A/B judgment yet)"
+        f"samples over {baked_s:.0f} s within the guardrails and SLO gates"
     )
-    return Decision("promote" if last else "advance", reason, evidence)
+    if look is None:
+        return Decision("promote" if last else "advance", passed, evidence)
+    if look.decision in ("promote", "continue"):
+        _keep(look, rollout, evidence, acted=True, record=record)
+        return Decision(
+            "promote" if last else "advance",
+            f"{passed}; the A/B judge: {look.report.reason}",
+            evidence,
+        )
+    # The judge holds for a person. Metrics short of samples settle with time, so they are
+    # waited for a while first. A person who resumed the rollout at this step asked for more
+    # evidence, not for the same question again: the step runs until the judge settles it.
+    short = look.waiting_for_samples()
+    patient = baked_s - step.min_bake_s < max(SAMPLE_PATIENCE_S, 2 * step.min_bake_s)
+    resumed = rollout.events.filter(
+        step_index=rollout.step_index, from_state=RolloutState.PAUSED, to_state=RolloutState.RUNNING
+    ).exists()
+    if (short and patient) or resumed:
+        _keep(look, rollout, evidence, acted=False, record=record)
+        why = f"samples for {', '.join(short)}" if short else "a settled verdict (resumed)"
+        return Decision("hold", f"the A/B judge waits for {why}", evidence)
+    _keep(look, rollout, evidence, acted=True, record=record)
+    return Decision("pause", f"the A/B judge asks a person: {look.report.reason}", evidence)
 
 
 def _guardrail_breach(stats: ArmStats, gates: SloGates) -> str | None:
@@ -126,6 +181,7 @@ TO_STATE: dict[Action, RolloutState] = {
     "rollback": RolloutState.ROLLED_BACK,
     "advance": RolloutState.RUNNING,
     "promote": RolloutState.PROMOTED,
+    "pause": RolloutState.PAUSED,
 }
 
 
@@ -177,7 +233,7 @@ def advance(rollout_id: int) -> Decision | None:
         return None
     if rollout is None or rollout.state != RolloutState.RUNNING:
         return None
-    decision = decide(rollout)
+    decision = decide(rollout, record=True)
     if decision.action != "hold":
         rollout_transition(
             rollout_id=rollout.pk,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import random
 import uuid
 
 import pytest
@@ -41,6 +42,7 @@ def samples(
             rid=uuid.uuid4().hex,
             ts=timezone.now(),
             rollout_id=rollout.pk,
+            step=rollout.step_index,  # as the consumer files it
             route="chat",
             arm=arm,
             deployment="x",
@@ -100,13 +102,27 @@ def test_client_disconnects_do_not_count_as_errors(running: Rollout) -> None:
     assert decide(running).action == "hold"
 
 
-def test_a_baked_healthy_step_moves_on_and_the_last_one_promotes(running: Rollout) -> None:
+def test_a_baked_step_waits_for_the_samples_the_judge_needs_then_moves_on(
+    running: Rollout,
+) -> None:
     samples(running, "canary", 60)
     samples(running, "baseline", 60)
+    waiting = decide(running, now=later(31))
+    assert waiting.action == "hold"
+    assert waiting.reason.startswith("the A/B judge waits for samples for ttft_p50")
+    rng = random.Random(7)  # noqa: S311 -- test data, not secrets
+    for _ in range(1500):  # an equal candidate, with the spread real latencies have
+        for arm in ("canary", "baseline"):
+            samples(running, arm, 1, ttft=rng.lognormvariate(4, 0.3), tpot=rng.uniform(4, 6))
     decision = decide(running, now=later(31))
-    assert decision.action == "advance"
-    assert "no relative A/B judgment yet" in decision.reason
-    assert decision.evidence["relative_judgment"] is None
+    assert decision.action == "advance", decision.reason
+    assert "the A/B judge: every blocking metric with data passed" in decision.reason
+    assert decision.evidence["judge"] == {
+        "decision": "promote",
+        "final": True,
+        "reason": decision.reason.split("the A/B judge: ")[1],
+        "verdict": None,  # a preview stores nothing; the tick does
+    }
 
 
 def test_the_last_step_needs_no_baseline_samples(running: Rollout) -> None:

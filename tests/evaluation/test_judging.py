@@ -1,0 +1,164 @@
+"""The judge wired into the rollout loop: looks on real stored samples, verdicts kept sparingly
+and reproducible, decisions acted on through the transition function."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+from django.utils import timezone
+
+from controlplane.models import AuditEvent
+from evaluation.judging import recompute
+from evaluation.models import RequestSample, Verdict
+from rollouts.choices import RolloutState
+from rollouts.engine import advance, decide
+from rollouts.models import Rollout, RolloutEvent
+from rollouts.services import rollout_control
+from tenants.models import User
+from tests.evaluation.conftest import stored
+
+S = RolloutState
+
+
+def traffic(
+    rollout: Rollout, arm: str, count: int, *, seed: int, ttft_scale: float = 1.0, step: int = 0
+) -> None:
+    """Requests with the spread real ones have: lognormal latencies, varied lengths and loads."""
+    rng = random.Random(seed)  # noqa: S311 -- test data, not secrets
+    now = timezone.now()
+    RequestSample.objects.bulk_create(
+        RequestSample(
+            rid=f"{arm}-{seed}-{i}",
+            ts=now - dt.timedelta(milliseconds=10 * (count - i)),
+            rollout_id=rollout.pk,
+            step=step,
+            route="chat",
+            arm=arm,
+            deployment="x",
+            tenant="tenant-a",
+            status=200,
+            finish="stop",
+            prompt_tokens=rng.randint(20, 400),
+            output_tokens=(out := rng.randint(20, 300)),
+            ttft_ms=rng.lognormvariate(4, 0.3) * ttft_scale,
+            tpot_ms=rng.lognormvariate(1.6, 0.2),
+            e2e_ms=rng.lognormvariate(6, 0.3),
+            concurrency=rng.randint(1, 6),
+            cost=out * 2e-6,
+        )
+        for i in range(count)
+    )
+
+
+def baked(rollout: Rollout) -> None:
+    Rollout.objects.filter(pk=rollout.pk).update(
+        step_started_at=timezone.now() - dt.timedelta(seconds=120)
+    )
+    rollout.refresh_from_db()
+
+
+def test_an_interim_look_rolls_back_a_clearly_worse_candidate_before_the_step_ends(
+    running: Rollout,
+) -> None:
+    traffic(running, "baseline", 1500, seed=1)
+    traffic(running, "canary", 1500, seed=2, ttft_scale=2.0)
+    decision = advance(running.pk)  # not baked: the step started a moment ago
+    assert decision is not None
+    assert decision.action == "rollback", decision.reason
+    assert decision.reason.startswith("the A/B judge: worse beyond doubt")
+    running.refresh_from_db()
+    assert running.state == S.ROLLED_BACK
+    event = RolloutEvent.objects.get(rollout=running, to_state=S.ROLLED_BACK)
+    verdict = Verdict.objects.get(pk=event.evidence["judge"]["verdict"])
+    assert (verdict.decision, verdict.final, verdict.step) == ("rollback", False, 0)
+
+
+def test_an_equal_candidate_passes_the_step_on_the_final_look(running: Rollout) -> None:
+    traffic(running, "baseline", 1500, seed=3)
+    traffic(running, "canary", 1500, seed=4)
+    baked(running)
+    decision = advance(running.pk)
+    assert decision is not None
+    assert decision.action == "advance", decision.reason
+    running.refresh_from_db()
+    assert (running.state, running.step_index) == (S.RUNNING, 1)
+    verdict = Verdict.objects.get(rollout=running, final=True)
+    assert verdict.decision == "promote"
+    assert AuditEvent.objects.filter(action="evaluation.verdict.promote").count() == 1
+
+
+def test_a_stored_verdict_is_reproduced_from_the_stored_samples(running: Rollout) -> None:
+    traffic(running, "baseline", 1200, seed=5)
+    traffic(running, "canary", 1200, seed=6)
+    baked(running)
+    advance(running.pk)
+    verdict = Verdict.objects.get(rollout=running, final=True)
+    # Samples that arrive after the look are outside its window.
+    traffic(running, "canary", 300, seed=7, ttft_scale=3.0)
+    assert recompute(verdict).to_dict() == verdict.report
+
+
+def test_unresolved_evidence_at_the_last_judged_step_pauses_for_a_person(
+    running: Rollout, release_manager: User
+) -> None:
+    # Too few to settle either way: TTFT 5% slower against a 10% margin, on 250 requests.
+    traffic(running, "baseline", 250, seed=8)
+    traffic(running, "canary", 250, seed=9, ttft_scale=1.05)
+    Rollout.objects.filter(pk=running.pk).update(
+        step_started_at=timezone.now() - dt.timedelta(seconds=30 + 301)
+    )
+    running.refresh_from_db()
+    decision = advance(running.pk)
+    assert decision is not None
+    assert decision.action == "pause", decision.reason
+    assert decision.reason.startswith("the A/B judge asks a person: unresolved")
+    running.refresh_from_db()
+    assert running.state == S.PAUSED
+    # A person resumes to gather more evidence: the next tick waits instead of pausing again.
+    rollout_control(
+        actor=release_manager, rollout_id=running.pk, action="resume", reason="more traffic"
+    )
+    running.refresh_from_db()
+    again = advance(running.pk)
+    assert again is not None
+    assert again.action == "hold"
+    running.refresh_from_db()
+    assert running.state == S.RUNNING
+
+
+def test_a_step_short_of_the_judges_samples_waits_rather_than_asking_a_person(
+    running: Rollout,
+) -> None:
+    stored(running, "baseline", 60)
+    stored(running, "canary", 60)
+    baked(running)
+    decision = advance(running.pk)
+    assert decision is not None
+    assert decision.action == "hold"
+    assert decision.reason.startswith("the A/B judge waits for samples for")
+    running.refresh_from_db()
+    assert running.state == S.RUNNING
+
+
+def test_interim_looks_are_kept_sparingly(running: Rollout) -> None:
+    traffic(running, "baseline", 300, seed=10)
+    traffic(running, "canary", 300, seed=11)
+    for _ in range(5):
+        assert decide(running, record=True).action == "hold"
+    assert Verdict.objects.filter(rollout=running).count() == 1
+    later = timezone.now() + dt.timedelta(seconds=61)
+    decide(running, now=later, record=True)
+    assert Verdict.objects.filter(rollout=running).count() == 2
+
+
+def test_the_100_percent_step_runs_on_the_guardrails_alone(running: Rollout) -> None:
+    Rollout.objects.filter(pk=running.pk).update(
+        step_index=1, step_started_at=timezone.now() - dt.timedelta(seconds=60)
+    )
+    running.refresh_from_db()
+    stored(running, "canary", 60)
+    decision = decide(running, record=True)
+    assert decision.action == "promote"
+    assert "judge" not in decision.evidence
+    assert not Verdict.objects.exists()
