@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -221,7 +222,11 @@ def rollout(
             decision = report.decision
             if decision in (Decision.ROLLBACK, Decision.HOLD):
                 failed = tuple(v.metric for v in report.verdicts if v.outcome is Outcome.FAIL)
-                held = tuple(v.metric for v in report.verdicts if v.outcome != Outcome.PASS)
+                held = tuple(
+                    v.metric
+                    for v, m in zip(report.verdicts, DEFAULT_POLICY.metrics, strict=True)
+                    if m.blocking and v.outcome is Outcome.INCONCLUSIVE
+                )
                 return RolloutResult(
                     decision,
                     index,
@@ -233,7 +238,7 @@ def rollout(
     return RolloutResult(decision, steps - 1, steps * BAKE_S, canary_total)
 
 
-def run_scenario(key: str, *, rollouts: int, tick: float, seed: int) -> dict[str, object]:
+def run_scenario(key: str, *, rollouts: int, tick: float, seed: int) -> dict[str, Any]:
     scenario = SCENARIOS[key]
     rng = np.random.default_rng([seed, list(SCENARIOS).index(key)])
     # Healthy candidates walk every judged step; regressions must be caught by the end of 25%.
@@ -314,24 +319,29 @@ def main() -> None:
     if args.json:
         print(json.dumps({"tick_s": args.tick, "results": results, "call_cost": costs}))
         return
+    print_table(args.rollouts, args.tick, results, costs)
+
+
+def print_table(
+    rollouts: int, tick: float, results: list[dict[str, Any]], costs: dict[str, float]
+) -> None:
     print(
-        f"{args.rollouts} rollouts per scenario, 40 requests/s, steps {STEPS} % of {BAKE_S} s, "
-        f"a look every {args.tick:g} s; alpha {DEFAULT_POLICY.alpha} per rollout\n"
+        f"{rollouts} rollouts per scenario, 40 requests/s, steps {STEPS} % of {BAKE_S} s, "
+        f"a look every {tick:g} s; alpha {DEFAULT_POLICY.alpha} per rollout\n"
     )
-    header = (
-        f"{'scenario':<30} {'rolled back':>12} {'target':>9} {'held':>5} "
+    print(
+        f"{'scenario':<30} {'rolled back':>11} {'target':>10} {'held':>5} "
         f"{'median s':>9} {'canary req':>10}  first failed metric"
     )
-    print(header)
     for r in results:
         healthy = SCENARIOS[str(r["key"])].healthy
-        target = "<= 1%" if healthy else ">= 90%"
-        rate = float(r["rollback_rate"])  # type: ignore[arg-type]
+        rate = float(r["rollback_rate"])
         met = rate <= 0.01 if healthy else rate >= 0.90
+        target = f"{'<= 1%' if healthy else '>= 90%'} {'ok' if met else 'NO'}"
         seconds = r["median_seconds_to_rollback"]
         print(
-            f"{r['scenario']:<30} {rate:>11.1%} {target:>6} {'ok' if met else 'NO':>2} "
-            f"{r['held']:>5} {seconds if seconds is not None else '-':>9} "
+            f"{r['scenario']:<30} {rate:>11.1%} {target:>10} {r['held']:>5} "
+            f"{seconds if seconds is not None else '-':>9} "
             f"{r['median_canary_requests_to_decision']:>10}  {r['first_failed_metric']}"
         )
     print()

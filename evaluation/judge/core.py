@@ -22,6 +22,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from evaluation.judge import signals
 from evaluation.judge.estimators import (
@@ -181,10 +182,19 @@ class _Prepared:
         self.policy = policy
         self._cache: dict[tuple[object, ...], object] = {}
 
-    def served(self, arm: ArmSamples) -> signals.Mask:
-        key = ("served", id(arm))
+    def masks(self, arm: ArmSamples) -> signals.ArmMasks:
+        key = ("masks", id(arm))
         if key not in self._cache:
-            self._cache[key] = signals.served(arm)
+            self._cache[key] = signals.ArmMasks.of(arm)
+        return self._cache[key]  # type: ignore[return-value]
+
+    def served(self, arm: ArmSamples) -> signals.Mask:
+        return self.masks(arm).served
+
+    def strata(self, arm: ArmSamples) -> npt.NDArray[np.int64]:
+        key = ("strata", id(arm))
+        if key not in self._cache:
+            self._cache[key] = signals.strata(arm)
         return self._cache[key]  # type: ignore[return-value]
 
     def column(self, arm: ArmSamples, signal: str) -> tuple[Floats, signals.Mask]:
@@ -212,8 +222,8 @@ class _Prepared:
             return _Paired(ref_values[ref_mask], None, cand_values[cand_mask])
         policy = self.policy
         weights = stratum_weights(
-            signals.strata(arms.reference)[ref_mask],
-            signals.strata(arms.candidate)[cand_mask],
+            self.strata(arms.reference)[ref_mask],
+            self.strata(arms.candidate)[cand_mask],
             min_stratum=policy.min_stratum,
         )
         if min(weights.cover_reference, weights.cover_candidate) < policy.min_overlap:
@@ -254,8 +264,8 @@ def _estimate(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> Estimat
     reference, candidate = arms.reference, arms.candidate
     kind = Kind(metric.kind)
     if kind is Kind.RATE:
-        ref = signals.rate_counts(reference, metric.signal)
-        cand = signals.rate_counts(candidate, metric.signal)
+        ref = signals.rate_counts(reference, metric.signal, prepared.masks(reference))
+        cand = signals.rate_counts(candidate, metric.signal, prepared.masks(candidate))
         if ref.eligible == 0 and cand.eligible == 0:
             raise _Unresolved(NO_DATA)
         return rate(ref.events, ref.eligible, cand.events, cand.eligible)

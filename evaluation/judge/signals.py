@@ -43,6 +43,20 @@ def client_left(arm: ArmSamples) -> Mask:
 
 
 @dataclass(frozen=True)
+class ArmMasks:
+    """The masks every metric reads, computed once per arm and call (string comparisons over
+    tens of thousands of rows are what a judge call spends most on otherwise)."""
+
+    served: Mask
+    rejected: Mask
+    client_left: Mask
+
+    @classmethod
+    def of(cls, arm: ArmSamples) -> ArmMasks:
+        return cls(served(arm), rejected(arm), client_left(arm))
+
+
+@dataclass(frozen=True)
 class Counts:
     events: int
     eligible: int
@@ -52,24 +66,25 @@ class Counts:
         return self.events / self.eligible if self.eligible else math.nan
 
 
-def rate_counts(arm: ArmSamples, signal: str) -> Counts:
+def rate_counts(arm: ArmSamples, signal: str, masks: ArmMasks | None = None) -> Counts:
     """The numerator and denominator of a named rate."""
     if signal == "feedback_positive":
         total = arm.feedback_positive + arm.feedback_negative
         return Counts(arm.feedback_positive, total)
+    masks = masks or ArmMasks.of(arm)
     if signal == "rejection":
-        return Counts(int(rejected(arm).sum()), len(arm))
-    not_rejected = ~rejected(arm)
+        return Counts(int(masks.rejected.sum()), len(arm))
+    not_rejected = ~masks.rejected
     if signal == "error":
-        eligible = not_rejected & ~client_left(arm)
+        eligible = not_rejected & ~masks.client_left
         event = (arm.status >= 500) | (arm.finish == "error")
     elif signal == "timeout_abort":
         # Clients leaving is itself a signal (a slow model makes people give up), so this
         # denominator keeps them.
         eligible = not_rejected
-        event = client_left(arm) | np.isin(arm.status, TIMEOUT_STATUSES)
+        event = masks.client_left | np.isin(arm.status, TIMEOUT_STATUSES)
     elif signal == "truncation":
-        eligible = served(arm)
+        eligible = masks.served
         event = arm.finish == "length"
     elif signal == "tool_success":
         # The gateway cannot tell whether a call was needed, only whether one was broken: a
