@@ -137,7 +137,8 @@ def _verdict(
     if harm - bound > 0 and harm > margin:
         outcome = Outcome.FAIL
         rule = (
-            f"worse beyond doubt at every look: {_show(metric, difference)} against the "
+            f"worse beyond doubt (a bound valid at every look): {_show(metric, difference)} "
+            f"against the "
             f"{arms.name}, interval {_show(metric, _natural(metric, low))} to "
             f"{_show(metric, _natural(metric, high))} excludes no change, beyond the "
             f"{_show_margin(metric)} margin"

@@ -38,7 +38,8 @@ class MetricVerdict:
     threshold: float  # the margin, signed in the worse direction
     rule: str  # one sentence: which rule fired, or why none could
     relative: bool = True
-    # The fixed-sample interval at pass_alpha one-sided, which a pass at the end of a step reads.
+    # How much worse the candidate could be (positive = worse, whatever the direction), from the
+    # one-sided fixed-sample bound at pass_alpha that a pass at the end of a step reads.
     pass_bound: float = math.nan
     reference: str = "baseline"  # which arm the candidate was compared with
 
