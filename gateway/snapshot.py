@@ -89,8 +89,8 @@ class Deployment(Frozen):
     cost_per_million_tokens: float = 0.0
 
 
-# A route rule's name: its requests are recorded under the arm "rule:<name>" (16 characters).
-RuleName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,10}$")]
+# A route rule's name: its requests are recorded under the arm "rule:<name>".
+RuleName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")]
 RULE_ARM_PREFIX = "rule:"
 
 

@@ -115,9 +115,9 @@ class Route(models.Model):
         return self.name
 
 
-# A rule's requests are recorded under the arm "rule:<name>", and a sample's arm holds 16
-# characters: the name gets the other 11.
-RULE_NAME_MAX_LENGTH = 11
+# A rule's requests are recorded under the arm "rule:<name>" (a sample's arm holds 100
+# characters); short, since it also labels the gateway's metrics.
+RULE_NAME_MAX_LENGTH = 40
 
 
 class RouteRule(models.Model):

@@ -91,7 +91,7 @@ def test_a_rule_arm_is_built_once_with_the_snapshot() -> None:
             {"name": "odd", "deployment_id": "b", "min_prompt_tokens": 9, "max_prompt_tokens": 8},
             "min_prompt_tokens above max_prompt_tokens",
         ),
-        ({"name": "a-name-too-long", "deployment_id": "b", "tiers": ["batch"]}, "pattern"),
+        ({"name": "x" * 41, "deployment_id": "b", "tiers": ["batch"]}, "pattern"),
         ({"name": "Caps", "deployment_id": "b", "tiers": ["batch"]}, "pattern"),
         ({"name": "t", "deployment_id": "b", "tiers": ["gold"]}, "critical"),
     ],
@@ -264,7 +264,7 @@ def test_long_prompts_go_to_the_long_context_deployment(
     status, body = post(gateway, long_prompt(2000))
     assert status == 400, body
 
-    rule = RouteRule(name="long-ctx", deployment_id="long", min_prompt_tokens=800)
+    rule = RouteRule(name="long-context", deployment_id="long", min_prompt_tokens=800)
     apply(gateway, redis_url, ruled_snapshot(ruled_fleet, rule))
     status, body = post(gateway, long_prompt(2000))
     assert status == 200, body
@@ -273,8 +273,8 @@ def test_long_prompts_go_to_the_long_context_deployment(
     assert post(gateway, long_prompt(799))[0] == 200
     assert [where(r) for r in records(redis_url, 4)] == [
         ("baseline", "base", "b0", 400),
-        ("rule:long-ctx", "long", "l0", 200),
-        ("rule:long-ctx", "long", "l0", 200),
+        ("rule:long-context", "long", "l0", 200),
+        ("rule:long-context", "long", "l0", 200),
         ("baseline", "base", "b0", 200),
     ]
 

@@ -124,7 +124,7 @@ def test_rules_are_published_in_order_and_the_next_goes_last(
         ({"min_prompt_tokens": 40000}, "serves a context of 32768 tokens"),
         ({"tiers": ["gold"]}, "tiers:"),
         ({"tiers": ["batch"], "name": "Long Context"}, "name:"),
-        ({"tiers": ["batch"], "name": "twelve-chars"}, "at most 11 characters"),
+        ({"tiers": ["batch"], "name": "x" * 41}, "at most 40 characters"),
     ],
 )
 def test_bad_rules_are_refused_with_what_to_fix(

@@ -82,7 +82,7 @@ def test_ci_adds_reads_replaces_and_removes_a_rule(
         ({"name": "r", "min_prompt_tokens": -1}, "greater than or equal to 0"),
         ({"name": "r"}, "a rule must match on something"),
         ({"name": "r", "min_prompt_tokens": 9, "max_prompt_tokens": 8}, "is above"),
-        ({"name": "much-too-long", "tiers": ["batch"]}, "no more than 11 characters"),
+        ({"name": "x" * 41, "tiers": ["batch"]}, "no more than 40 characters"),
         ({"name": "R!", "tiers": ["batch"]}, "lower-case letters"),
     ],
 )
