@@ -22,6 +22,7 @@ urlpatterns = [
     path("metrics", metrics.metrics_view, name="metrics"),
     path("registry/", include("registry.urls")),
     path("rollouts/", include("rollouts.urls")),
+    path("rollouts/", include("evaluation.urls")),
     path("tenants/", include("tenants.urls")),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),

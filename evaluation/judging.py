@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from evaluation import selectors, services
-from evaluation.judge import DEFAULT_POLICY, Decision, Outcome, Policy, Report, judge
+from evaluation.judge import (
+    DEFAULT_POLICY,
+    ArmSamples,
+    Decision,
+    Outcome,
+    Policy,
+    Report,
+    judge,
+)
 from evaluation.models import Verdict
 from rollouts.models import Rollout
 
@@ -59,13 +67,20 @@ def judged_steps(rollout: Rollout) -> list[int]:
     return [i for i, step in enumerate(rollout.parsed_plan.steps) if step.weight < 100]
 
 
-def report_of(window: selectors.Window, *, rollout: Rollout, final: bool) -> Report:
+def report_of(
+    window: selectors.Window,
+    *,
+    rollout: Rollout,
+    final: bool,
+    samples: dict[str, ArmSamples] | None = None,
+) -> Report:
     """The judge's report on exactly the samples of `window`: what a look computed, and what
     recomputing a stored verdict computes again."""
+    arms = samples if samples is not None else selectors.window_samples(window)
     judged = judged_steps(rollout)
     return judge(
-        selectors.arm_samples(window, "baseline"),
-        selectors.arm_samples(window, "canary"),
+        arms["baseline"],
+        arms["canary"],
         DEFAULT_POLICY,
         final=final,
         steps=max(1, len(judged)),
@@ -78,8 +93,8 @@ def step_look(rollout: Rollout, *, now: dt.datetime, final: bool) -> Look | None
     step = rollout.step_index
     if step not in judged_steps(rollout):
         return None
-    window = selectors.current_window(rollout.pk, step)
-    report = report_of(window, rollout=rollout, final=final)
+    window, samples = selectors.current_window(rollout.pk, step)
+    report = report_of(window, rollout=rollout, final=final, samples=samples)
     return Look(rollout.pk, step, now, final, report, window)
 
 

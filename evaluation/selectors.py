@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from controlplane.errors import NotFound
 from evaluation.choices import POSITIVE_FEEDBACK
@@ -69,11 +69,21 @@ def step_samples(rollout_id: int, step: int) -> QuerySet[RequestSample]:
     return RequestSample.objects.filter(rollout_id=rollout_id, step=step)
 
 
-def current_window(rollout_id: int, step: int) -> Window:
-    """The step's samples stored so far, and its feedback counted now."""
-    samples = step_samples(rollout_id, step)
-    max_id = samples.aggregate(last=Max("id"))["last"] or 0
-    return Window(rollout_id, step, max_id, feedback_counts(rollout_id, step, max_id))
+def current_window(rollout_id: int, step: int) -> tuple[Window, dict[str, ArmSamples]]:
+    """The step's samples stored so far, as the judge's columns per arm, and the window that
+    names them (with the feedback counted now). Two queries, whatever the number of samples."""
+    rows = list(
+        step_samples(rollout_id, step)
+        .filter(arm__in=ARMS)
+        .order_by("id")
+        .values_list("id", "arm", *COLUMNS)
+    )
+    max_id = rows[-1][0] if rows else 0
+    feedback = feedback_counts(rollout_id, step, max_id)
+    window = Window(rollout_id, step, max_id, feedback)
+    return window, {
+        arm: _columns([r[2:] for r in rows if r[1] == arm], window, arm) for arm in ARMS
+    }
 
 
 def feedback_counts(rollout_id: int, step: int, max_sample_id: int) -> dict[str, tuple[int, int]]:
@@ -94,22 +104,22 @@ def feedback_counts(rollout_id: int, step: int, max_sample_id: int) -> dict[str,
     return counts
 
 
-def arm_samples(window: Window, arm: str) -> ArmSamples:
-    """One arm's samples in the window, as columns (one query, no model instances)."""
-    rows = (
+def window_samples(window: Window) -> dict[str, ArmSamples]:
+    """Both arms' samples in a stored window, as columns (one query, no model instances)."""
+    rows = list(
         step_samples(window.rollout_id, window.step)
-        .filter(arm=arm, id__lte=window.max_sample_id)
+        .filter(arm__in=ARMS, id__lte=window.max_sample_id)
         .order_by("id")
-        .values_list(*COLUMNS)
+        .values_list("arm", *COLUMNS)
     )
+    return {arm: _columns([r[1:] for r in rows if r[0] == arm], window, arm) for arm in ARMS}
+
+
+def _columns(rows: list[tuple[Any, ...]], window: Window, arm: str) -> ArmSamples:
     positive, negative = window.feedback.get(arm, (0, 0))
-    rows_list = list(rows)
     columns = (
-        {
-            name: list(values)
-            for name, values in zip(COLUMNS, zip(*rows_list, strict=True), strict=True)
-        }
-        if rows_list
+        {name: list(values) for name, values in zip(COLUMNS, zip(*rows, strict=True), strict=True)}
+        if rows
         else {}
     )
     if columns:

@@ -282,14 +282,15 @@ def test_the_page_shows_samples_per_arm_against_the_slo_gates(
     assert "30 of 50 candidate samples needed" in text(page)
 
 
-def test_a_healthy_step_shows_it_is_baking_and_that_no_relative_judgment_is_made(
+def test_a_healthy_step_shows_it_is_baking_and_the_judges_interim_look(
     client: Client, running: Rollout, viewer: User
 ) -> None:
     samples(running, "canary", 5)
     client.force_login(viewer)
     page = client.get(f"/rollouts/{running.pk}/").content.decode()
     assert '<span class="decision decision-hold">hold</span> baking' in page
-    assert "no relative A/B judgment" in page
+    assert "continue (interim look at step 1)" in page
+    assert f'<a href="/rollouts/{running.pk}/report/">A/B report</a>' in page
 
 
 def test_the_event_log_shows_every_change_with_actor_reason_and_evidence(
@@ -375,10 +376,11 @@ def test_the_page_query_count_is_pinned(
     act(running, release_manager, "pause")
     act(running, release_manager, "resume")
     client.force_login(release_manager)
-    # session, user, rollout, 2 step stats, 2 stats for the decision, events
-    with django_assert_num_queries(8):
+    # session, user, rollout, 2 step stats, 2 stats for the decision, events, and the A/B
+    # judge's look for the decision and for the verdict line (samples and feedback: 2 each)
+    with django_assert_num_queries(12):
         client.get(f"/rollouts/{running.pk}/")
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(12):
         client.get(f"/rollouts/{running.pk}/?seen=running%3A0", headers=HTMX)
 
 
