@@ -11,7 +11,7 @@ from django.test import Client
 
 from controlplane.models import AuditEvent
 from rollouts.models import Deployment, Route, RouteRule
-from rollouts.services import route_rule_create
+from rollouts.services import rollout_create, route_rule_create
 from tenants.models import Tenant, User
 from tests.registry.factories import register
 
@@ -215,3 +215,12 @@ def test_only_release_managers_open_the_rule_editor(
         client.post("/rollouts/routes/chat/rules/batch/", {"target": cheap.pk}).status_code == 403
     )
     assert RouteRule.objects.get().tiers == ["batch"]
+
+
+def test_the_rollout_page_links_to_its_route(
+    client: Client, route: Route, candidate: Deployment, viewer: User
+) -> None:
+    rollout = rollout_create(actor=None, route=route, candidate=candidate)
+    client.force_login(viewer)
+    page = client.get(f"/rollouts/{rollout.pk}/").content.decode()
+    assert '<dt>Route</dt><dd><a href="/rollouts/routes/chat/">chat</a>' in page
