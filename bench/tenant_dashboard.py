@@ -4,16 +4,16 @@
         [--ingest 50000]
 
 Builds its own database (`tollgate_bench_tenants`, created and dropped here) and uses Redis
-database 13 (REDIS_URL overrides it): one tenant with a minute row and an hour row for every
-minute of the last 30 days on each of four (route, arm, deployment) places (3 routes, one of
-them in a canary), about 173,000 minute rows and 2,900 hour rows, with refusals by several
-limits in one minute in ten; nine more tenants with hour rows only, for the release managers'
-list. Then it times, in-process with Django's test client (server time: middleware, view,
-queries, template), the dashboard page at each range, the htmx chart fragment, the usage API,
-the CSV export and the list of tenants, and prints p50/p95 next to the 150 ms target with each
-call's query count. It does this twice: with every minute row stored, and after compaction
-(minute rows older than 7 days dropped; the hour rows already hold their totals), the two
-states the table is in before and after the hourly compaction task has run.
+database 13 (REDIS_URL overrides it): one tenant with a minute row for every minute of the last 30
+days, and the hour and day rows the consumer writes beside them, on each of four (route, arm,
+deployment) places (3 routes, one of them in a canary): about 173,000 minute rows, 2,900 hour rows
+and 124 day rows, with refusals by several limits in one minute in ten; nine more tenants with hour
+rows only, for the release managers' list. Then it times, in-process with Django's test client
+(server time: middleware, view, queries, template), the dashboard page at each range, the htmx
+chart fragment, the usage API, the CSV export and the list of tenants, and prints p50/p95 next to
+the 150 ms target with each call's query count. It does this twice: with every minute row stored,
+and after compaction (minute rows older than 7 days dropped; hour and day rows already hold their
+totals), the two states the table is in before and after the hourly compaction task has run.
 
 `--ingest N` also times counting N request records from the samples stream into the rollups
 (the beat task's work), in the consumer's batches.
@@ -73,6 +73,21 @@ SELECT tenant_id, 'hour', date_trunc('hour', bucket), route, arm, deployment, su
 FROM tenants_usagerollup WHERE granularity = 'minute' AND tenant_id = %(tenant)s
 GROUP BY tenant_id, date_trunc('hour', bucket), route, arm, deployment
 """
+# And the day rows, the sums of the hours.
+FILL_DAYS = """
+INSERT INTO tenants_usagerollup
+    (tenant_id, granularity, bucket, route, arm, deployment, requests, tokens_in, tokens_out,
+     errors, rejected, rejections, cost)
+SELECT tenant_id, 'day', date_trunc('day', bucket AT TIME ZONE 'UTC') AT TIME ZONE 'UTC', route,
+       arm, deployment, sum(requests), sum(tokens_in), sum(tokens_out), sum(errors), sum(rejected),
+       CASE WHEN sum(rejected) > 0 THEN jsonb_build_object(
+           'requests_per_minute', (sum(rejected) * 2 / 3)::bigint,
+           'tokens_per_day', (sum(rejected) / 3)::bigint)
+       ELSE '{}'::jsonb END,
+       sum(cost)
+FROM tenants_usagerollup WHERE granularity = 'hour' AND tenant_id = %(tenant)s
+GROUP BY 1, 2, 3, 4, 5, 6
+"""
 OTHER_TENANT_HOURS = """
 INSERT INTO tenants_usagerollup
     (tenant_id, granularity, bucket, route, arm, deployment, requests, tokens_in, tokens_out,
@@ -128,6 +143,7 @@ def build(days: int) -> None:
             place = {"tenant": tenant.pk, "route": route, "arm": arm, "dep": dep}
             cursor.execute(FILL_MINUTES, {**place, "start": start, "end": end})
         cursor.execute(FILL_HOURS, {"tenant": tenant.pk})
+        cursor.execute(FILL_DAYS, {"tenant": tenant.pk})
         for weight in range(1, 10):
             other = Tenant.objects.create(slug=f"other-{weight}", name=f"Other {weight}")
             cursor.execute(
@@ -150,12 +166,13 @@ def build(days: int) -> None:
         cursor.execute("ANALYZE")  # fresh statistics, as autovacuum would have by now
 
 
-def counts() -> tuple[int, int]:
+def counts() -> dict[str, int]:
+    from django.db.models import Count
+
     from tenants.models import UsageRollup
 
-    minutes = UsageRollup.objects.filter(tenant__slug="bench", granularity="minute").count()
-    hours = UsageRollup.objects.filter(tenant__slug="bench", granularity="hour").count()
-    return minutes, hours
+    rows = UsageRollup.objects.filter(tenant__slug="bench").values("granularity")
+    return {row["granularity"]: row["n"] for row in rows.annotate(n=Count("pk"))}
 
 
 def measure(client: object, url: str, requests: int) -> tuple[float, float, int]:
@@ -203,8 +220,11 @@ def time_calls(requests: int, label: str) -> list[str]:
     user = User.objects.get(username="bench-manager")
     client = Client()
     client.force_login(user)
-    minutes, hours = counts()
-    print(f"\n{label}: {minutes:,} minute rows and {hours:,} hour rows for the tenant")
+    rows = counts()
+    print(
+        f"\n{label}: {rows['minute']:,} minute, {rows['hour']:,} hour and {rows['day']:,} day "
+        "rows for the tenant"
+    )
     print(f"{'call':<28} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}  target p95 < 150 ms")
     over = []
     for name, url in CALLS:

@@ -43,3 +43,4 @@ class SoftLimitAction(models.TextChoices):
 class Granularity(models.TextChoices):
     MINUTE = "minute", "Minute"
     HOUR = "hour", "Hour"
+    DAY = "day", "Day (UTC)"

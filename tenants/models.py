@@ -163,14 +163,14 @@ class Budget(models.Model):
 
 
 class UsageRollup(models.Model):
-    """What a tenant sent through the gateway in one minute or one hour, per route, arm and
-    deployment. Written only by tenants.usage (bulk upserts that add counts); every request
-    counts in one minute row and one hour row, so long ranges read the hours alone and old
+    """What a tenant sent through the gateway in one minute, hour or UTC day, per route, arm
+    and deployment. Written only by tenants.usage (bulk upserts that add counts); every request
+    counts in one row of each granularity, so long ranges read the coarse rows alone and old
     minute rows can be dropped without losing totals."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="usage")
     granularity = models.CharField(max_length=8, choices=Granularity.choices)
-    bucket = models.DateTimeField()  # start of the minute or hour, UTC
+    bucket = models.DateTimeField()  # start of the minute, hour or day, UTC
     route = models.CharField(max_length=100)
     arm = models.CharField(max_length=16)
     # rollouts.Deployment's id as the gateway records it (no foreign key: this app does not

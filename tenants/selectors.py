@@ -96,7 +96,7 @@ WINDOWS = {
     for w in (
         Window("hour", "Last hour", Granularity.MINUTE, "minute", dt.timedelta(minutes=1), 60),
         Window("day", "Last day", Granularity.HOUR, "hour", dt.timedelta(hours=1), 24),
-        Window("month", "Last 30 days", Granularity.HOUR, "day", dt.timedelta(days=1), 30),
+        Window("month", "Last 30 days", Granularity.DAY, "day", dt.timedelta(days=1), 30),
     )
 }
 DEFAULT_WINDOW = "day"
