@@ -85,6 +85,12 @@ def test_requests_are_summed_into_minute_and_hour_rows(
     )
     assert (hour.requests, hour.tokens_in, hour.rejected) == (4, 350, 3)
     assert rollup(tenant_a, Granularity.HOUR, arm="canary").deployment == "8"
+    day = rollup(tenant_a, Granularity.DAY, arm="baseline")
+    assert (day.bucket, day.requests, day.rejections) == (
+        NOW.replace(hour=0, minute=0, second=0),
+        4,
+        {"tokens_per_day": 2, "shed": 1},
+    )
     # Rejected requests never reached a replica: their estimated prompt is not usage.
     totals = UsageRollup.objects.filter(granularity=Granularity.HOUR).aggregate(Sum("tokens_in"))
     assert totals["tokens_in__sum"] == 450

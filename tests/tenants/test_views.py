@@ -5,10 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import html
 import re
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 import pytest
 import redis
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from controlplane.models import AuditEvent
@@ -296,3 +300,29 @@ def test_usage_exports_as_csv(
     lines = b"".join(response.streaming_content).decode().splitlines()  # type: ignore[attr-defined]
     assert lines[0].startswith("hour_utc,route,arm")
     assert ",chat,baseline,0,1,321,9,0,0," in lines[1]
+
+
+def test_the_dashboard_makes_as_many_queries_whatever_the_traffic(
+    redis_client: redis.Redis,
+    tenant_a_admin: User,
+    tenant_a: Tenant,
+    routes: dict[str, Route],
+    django_assert_num_queries: Callable[..., AbstractContextManager[object]],
+) -> None:
+    client = client_for(tenant_a_admin)
+    now = timezone.now()
+    send(redis_client, sample(tenant_a, now))
+    with CaptureQueriesContext(connection) as few:
+        client.get(dashboard(tenant_a) + "?range=month")
+    for i in range(5):
+        api_key_create(actor=None, tenant=tenant_a, name=f"key-{i}")
+    rejected = {"status": 429, "finish": "rejected", "reason": "shed"}
+    send(
+        redis_client,
+        *[
+            sample(tenant_a, now - dt.timedelta(days=d), route=f"r{d}", dep=str(d), **rejected)
+            for d in range(20)
+        ],
+    )
+    with django_assert_num_queries(len(few)):
+        client.get(dashboard(tenant_a) + "?range=month")
