@@ -30,6 +30,39 @@ def tenant_create(
     return tenant
 
 
+TENANT_FIELDS = ("name", "tier", "fail_mode")
+
+
+def tenant_update(*, actor: User | None, tenant_id: int, reason: str = "", **fields: str) -> Tenant:
+    """Change a tenant's name, tier or fail mode; audited with before and after, and published
+    to the gateway (the tier orders shedding, the fail mode decides outages)."""
+    unknown = set(fields) - set(TENANT_FIELDS)
+    if unknown:
+        raise DomainError(f"unknown tenant fields: {', '.join(sorted(unknown))}")
+    with transaction.atomic():
+        tenant = Tenant.objects.select_for_update().filter(pk=tenant_id).first()
+        if tenant is None:
+            raise NotFound(f"tenant {tenant_id} does not exist")
+        before = {name: getattr(tenant, name) for name in fields}
+        for name, value in fields.items():
+            setattr(tenant, name, value)
+        tenant.full_clean()
+        changed = {n: [before[n], v] for n, v in fields.items() if before[n] != v}
+        if not changed:
+            return tenant
+        tenant.save(update_fields=list(changed))
+        audit_record(
+            actor=actor,
+            action="tenant.changed",
+            target=tenant,
+            tenant=tenant,
+            reason=reason,
+            data={"changes": changed},
+        )
+        _publish_gateway_config()
+    return tenant
+
+
 def user_create(
     *,
     actor: User | None,
