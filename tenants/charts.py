@@ -7,6 +7,7 @@ costs microseconds and the page stays readable without scripts.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 
 WIDTH, HEIGHT = 480, 160
@@ -27,7 +28,7 @@ class Chart:
     title: str
     lines: list[Line]
     y_max: str
-    x_labels: list[tuple[float, str]]  # (x, text)
+    x_labels: list[tuple[float, str, str]]  # (x, text-anchor, text)
     width: int = WIDTH
     height: int = HEIGHT
     plot_left: int = LEFT
@@ -44,15 +45,17 @@ def _nice_ceiling(value: float) -> float:
     """The next 1, 2 or 5 times a power of ten at or above value, so the axis reads round."""
     if value <= 0:
         return 1.0
-    magnitude = 10 ** (len(str(int(value))) - 1) if value >= 1 else 1.0
+    magnitude = 10.0 ** math.floor(math.log10(value))
     for step in (1, 2, 5, 10):
-        if step * magnitude >= value:
-            return float(step * magnitude)
-    return float(10 * magnitude)
+        if step * magnitude >= value * (1 - 1e-9):
+            return step * magnitude
+    return 10 * magnitude
 
 
 def _short(value: float, money: bool) -> str:
     if money:
+        if value < 0.1:
+            return f"${value:.3g}"
         return f"${value:,.2f}" if value < 1000 else f"${value / 1000:,.1f}k"
     for divisor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
         if value >= divisor:
@@ -79,5 +82,10 @@ def line_chart(
         )
         lines.append(Line(name, COLOURS[i % len(COLOURS)], points, sum(values)))
     marks = sorted({0, len(buckets) // 2, len(buckets) - 1}) if buckets else []
-    x_labels = [(LEFT + j * span_x, buckets[j].strftime(time_format)) for j in marks]
+    # The ends are anchored inwards so their labels stay inside the drawing.
+    anchors = {0: "start", len(buckets) - 1: "end"}
+    x_labels = [
+        (LEFT + j * span_x, anchors.get(j, "middle"), buckets[j].strftime(time_format))
+        for j in marks
+    ]
     return Chart(title, lines, _short(top, money), x_labels)
