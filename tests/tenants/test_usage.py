@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 import uuid
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from django.db import connection
 from django.db.models import Sum
 
 from tenants import usage
@@ -207,3 +209,31 @@ def test_compaction_forgets_processed_entry_ids_after_a_day(
     assert UsageEntry.objects.count() == 1
     usage.compact(now=dt.datetime.now(dt.UTC) + usage.ENTRY_RETENTION + dt.timedelta(minutes=1))
     assert UsageEntry.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_counting_the_same_entries_at_once_count_them_once(
+    redis_client: redis.Redis,
+) -> None:
+    tenant = Tenant.objects.create(slug="racer", name="Racer")
+    entries = [
+        (f"1700000000000-{i}", usage.parse({"r": orjson.dumps(record(tenant))})) for i in range(50)
+    ]
+    barrier = threading.Barrier(2)
+    counts: list[int] = []
+
+    def work() -> None:
+        barrier.wait()
+        try:
+            counts.append(usage.record_entries(entries))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # The loser waits on the entry ids the winner inserted, then finds them all taken.
+    assert sorted(counts) == [0, 50]
+    assert rollup(tenant).requests == 50
