@@ -74,7 +74,14 @@ def test_the_range_tabs_swap_only_the_charts(
 def test_gauges_read_the_gateways_budget_counters(
     redis_client: redis.Redis, tenant_a_admin: User, tenant_a: Tenant
 ) -> None:
-    budget_set(actor=None, tenant=tenant_a, requests_per_minute=10, tokens_per_day=1000)
+    budget_set(
+        actor=None,
+        tenant=tenant_a,
+        requests_per_minute=10,
+        tokens_per_day=1000,
+        max_output_tokens=2048,
+        over_max_output="reject",
+    )
     keys = budget_keys(tenant_a.pk, dt.datetime.now(dt.UTC))
     redis_client.set(keys["requests_per_minute"], 8)
     redis_client.set(keys["tokens_per_day"], 250)
@@ -88,6 +95,10 @@ def test_gauges_read_the_gateways_budget_counters(
     assert "80%" in rpm.group(1)
     assert ">250<" in day.group(1)
     assert "25%" in day.group(1)
+    per_request = re.search(r'data-testid="per-request">(.*?)</p>', body, re.S)
+    assert per_request is not None
+    assert "output up to 2,048 tokens (refuse the request past it)" in per_request.group(1)
+    assert "context up to the model's length" in html.unescape(per_request.group(1))
 
 
 def test_gauge_keys_are_the_gateways() -> None:
