@@ -81,9 +81,10 @@ class MetricPolicy:
 
 
 def _latency(signal: str, q: float, margin: float, *, blocking: bool = True) -> MetricPolicy:
-    # A quantile estimate needs a few samples beyond it: p99 needs 1,000, not 200.
+    # A tail quantile's error is read from the samples beyond it: at least 50 of them (p95
+    # needs 1,000 requests per arm, p99 5,000), or its error is itself too noisy to trust.
     name = f"{signal.removesuffix('_ms')}_p{round(q * 100)}"
-    min_samples = max(200, round(10 / (1 - q)))
+    min_samples = max(200, round(50 / (1 - q)))
     return MetricPolicy(
         name,
         Kind.QUANTILE,
