@@ -1,7 +1,7 @@
 """The demo fleets (the simfleet replicas `make up` starts), deployments and route.
 
 Replica 1 serves the production version (support-chat v1) and replica 2 the candidate (v2), so
-`manage.py demo_canary` can walk a live canary between them.
+`manage.py demo_canary` can walk a live canary between them, with the "demo" plan template.
 """
 
 from __future__ import annotations
@@ -13,11 +13,22 @@ from django.conf import settings
 
 from registry.models import ModelArtifact
 from rollouts.choices import DeploymentState, Provider
-from rollouts.models import Deployment, Fleet, Replica, Route
+from rollouts.models import Deployment, Fleet, PlanTemplate, Replica, Route
+from rollouts.plans import DEFAULT_PLAN, Plan, SloGates, Step
+from rollouts.services import plan_template_create
+from tenants.models import User
 
 ROUTE = "support-chat"
 # (fleet, replica port offset from SIMFLEET_BASE_PORT, version deployed there)
 FLEETS = [("simfleet-a", 0, "v1"), ("simfleet-b", 1, "v2")]
+# Short bakes so a person watching sees every step within a few minutes.
+DEMO_PLAN = Plan(
+    steps=tuple(Step(weight=w, min_bake_s=20, min_samples=20) for w in (5, 25, 50, 100))
+)
+TEMPLATES = [
+    ("standard", DEFAULT_PLAN, SloGates(), "5 → 25 → 50 → 100 %, five minutes a step."),
+    ("demo", DEMO_PLAN, SloGates(ttft_p95_ms=1000, tpot_p95_ms=100), "Twenty-second steps."),
+]
 
 
 def _deployment(fleet: Fleet, artifact: ModelArtifact) -> Deployment:
@@ -53,4 +64,14 @@ def seed() -> dict[str, Any]:
     Route.objects.get_or_create(
         name=ROUTE, defaults={"baseline": deployments["v1"], "salt": "demo"}
     )
-    return {"routes": [ROUTE], "candidate_deployment": deployments["v2"].pk}
+    manager = User.objects.get(username="release")
+    for name, plan, gates, description in TEMPLATES:
+        if not PlanTemplate.objects.filter(name=name).exists():
+            plan_template_create(
+                actor=manager, name=name, plan=plan, gates=gates, description=description
+            )
+    return {
+        "routes": [ROUTE],
+        "candidate_deployment": deployments["v2"].pk,
+        "plan_templates": [name for name, *_ in TEMPLATES],
+    }

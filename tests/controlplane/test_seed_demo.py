@@ -6,6 +6,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from controlplane.models import AuditEvent
+from rollouts.models import PlanTemplate
 from tenants.models import ApiToken, Tenant, User
 
 
@@ -16,12 +17,13 @@ def seed_json() -> dict[str, Any]:
     return result
 
 
-def counts() -> tuple[int, int, int, int]:
+def counts() -> tuple[int, int, int, int, int]:
     return (
         Tenant.objects.count(),
         User.objects.count(),
         ApiToken.objects.count(),
         AuditEvent.objects.count(),
+        PlanTemplate.objects.count(),
     )
 
 
@@ -31,6 +33,8 @@ def test_seeding_twice_changes_nothing_the_second_time(db: None) -> None:
     second = seed_json()
     assert counts() == after_first
     assert first == second
+    # The demo canary's plan is a saved template people can reuse from the create form.
+    assert set(PlanTemplate.objects.values_list("name", flat=True)) == {"standard", "demo"}
 
 
 def test_the_printed_logins_work(db: None, client: Any) -> None:

@@ -5,16 +5,10 @@ from django.core.management.base import BaseCommand
 
 from controlplane.gateway_config import publish_snapshot
 from rollouts.choices import LIVE_STATES
-from rollouts.models import Deployment, Rollout, Route
-from rollouts.plans import Plan, SloGates, Step
+from rollouts.models import Deployment, PlanTemplate, Rollout, Route
 from rollouts.seed import ROUTE
 from rollouts.services import rollout_create, rollout_start
 from tenants.models import User
-
-# Short bakes so a person watching sees every step within a few minutes.
-DEMO_PLAN = Plan(
-    steps=tuple(Step(weight=w, min_bake_s=20, min_samples=20) for w in (5, 25, 50, 100))
-)
 
 
 class Command(BaseCommand):
@@ -32,12 +26,13 @@ class Command(BaseCommand):
                 publish_snapshot()
                 return
             manager = User.objects.get(username="release")
+            template = PlanTemplate.objects.get(name="demo")  # made by seed_demo
             live = rollout_create(
                 actor=manager,
                 route=route,
                 candidate=candidate,
-                plan=DEMO_PLAN,
-                gates=SloGates(ttft_p95_ms=1000, tpot_p95_ms=100),
+                plan=template.parsed_plan,
+                gates=template.parsed_gates,
             )
             rollout_start(actor=manager, rollout_id=live.pk)
         url = f"{settings.PUBLIC_WEB_URL}/rollouts/{live.pk}/"
