@@ -49,6 +49,8 @@ class BudgetForm(forms.ModelForm[Budget]):
     """Every limit of a budget; an empty number field means no limit."""
 
     confirmed = forms.BooleanField(required=False, widget=forms.HiddenInput)
+    # The version of the budget the confirmation page showed (services.budget_version).
+    reviewed_version = forms.CharField(required=False, max_length=64, widget=forms.HiddenInput)
     reason = forms.CharField(
         max_length=2000, required=False, help_text="Kept in the audit log with the change."
     )

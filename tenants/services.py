@@ -275,15 +275,49 @@ def _check_soft_limit(budget: Budget) -> None:
         )
 
 
+def budget_version(budget: Budget) -> str:
+    """What a reviewer saw: the budget's last change, or "new" for a budget never saved."""
+    return budget.updated_at.isoformat() if budget.pk and budget.updated_at else "new"
+
+
 def budget_set(
     *, actor: User | None, tenant: Tenant, reason: str = "", **limits: int | str | None
 ) -> Budget:
     """Set some of a tenant's limits (the others stay); audited with the before and after."""
+    return _budget_apply(actor, tenant, reason, None, limits)
+
+
+def budget_set_confirmed(
+    *,
+    actor: User | None,
+    tenant: Tenant,
+    expected_version: str,
+    limits: dict[str, int | str | None],
+    reason: str = "",
+) -> Budget:
+    """budget_set as a compare-and-set on what the person confirmed (`budget_version` of the
+    budget they reviewed): a budget someone else changed since is refused, not overwritten."""
+    return _budget_apply(actor, tenant, reason, expected_version, limits)
+
+
+def _budget_apply(
+    actor: User | None,
+    tenant: Tenant,
+    reason: str,
+    expected_version: str | None,
+    limits: dict[str, int | str | None],
+) -> Budget:
     unknown = set(limits) - set(BUDGET_FIELDS)
     if unknown:
         raise DomainError(f"unknown budget fields: {', '.join(sorted(unknown))}")
     with transaction.atomic():
-        budget, _ = Budget.objects.select_for_update().get_or_create(tenant=tenant)
+        budget, created = Budget.objects.select_for_update().get_or_create(tenant=tenant)
+        current = "new" if created else budget_version(budget)
+        if expected_version is not None and expected_version != current:
+            raise Conflict(
+                f"the budget of {tenant.slug} was changed by someone else since you reviewed "
+                "it; review the change again"
+            )
         before = {name: getattr(budget, name) for name in limits}
         for name, value in limits.items():
             setattr(budget, name, "" if name == "soft_limit_route" and value is None else value)

@@ -227,16 +227,21 @@ def budget_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     ]
     if not form.cleaned_data["confirmed"] or not changes:
         confirm: dict[str, Any] = {"tenant": tenant, "form": form}
-        confirm.update(changes=changes, confirming=True)
+        # The confirmation saves only over the budget shown here (compare-and-set).
+        confirm.update(changes=changes, confirming=True, version=services.budget_version(current))
         return render(request, "tenants/budget_edit.html", confirm)
     try:
-        services.budget_set(
-            actor=_actor(request), tenant=tenant, reason=form.cleaned_data["reason"], **limits
+        services.budget_set_confirmed(
+            actor=_actor(request),
+            tenant=tenant,
+            reason=form.cleaned_data["reason"],
+            expected_version=form.cleaned_data["reviewed_version"] or "new",
+            limits=limits,
         )
     except DomainError as exc:
         form.add_error(None, str(exc))
         context = {"tenant": tenant, "form": form}
-        return render(request, "tenants/budget_edit.html", context, status=400)
+        return render(request, "tenants/budget_edit.html", context, status=exc.status_code)
     messages.success(request, f"Budget of {tenant.name} saved ({len(changes)} changes).")
     return redirect(dashboard_url(tenant))
 

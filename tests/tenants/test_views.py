@@ -264,7 +264,10 @@ def test_a_budget_change_is_confirmed_before_it_is_saved_and_audited(
     assert 'data-field="soft_limit_route"' in body
     assert Budget.objects.get(tenant=tenant_a).tokens_per_day == 1000  # nothing saved yet
 
-    saved = client.post(f"/tenants/{tenant_a.slug}/budget/", {**form, "confirmed": "on"})
+    version = re.search(r'name="reviewed_version" value="([^"]*)"', body)
+    assert version is not None
+    confirmed = {**form, "confirmed": "on", "reviewed_version": version.group(1)}
+    saved = client.post(f"/tenants/{tenant_a.slug}/budget/", confirmed)
     assert saved.status_code == 302
     budget = Budget.objects.get(tenant=tenant_a)
     assert (budget.tokens_per_day, budget.soft_limit_route) == (5000, "chat-lite")
@@ -337,3 +340,25 @@ def test_the_dashboard_makes_as_many_queries_whatever_the_traffic(
     )
     with django_assert_num_queries(len(few)):
         client.get(dashboard(tenant_a) + "?range=month")
+
+
+def test_a_confirmation_over_a_budget_changed_since_is_refused(
+    redis_client: redis.Redis, release_manager: User, tenant_a: Tenant
+) -> None:
+    budget_set(actor=None, tenant=tenant_a, tokens_per_day=1000)
+    client = client_for(release_manager)
+    form = {
+        "tokens_per_day": "5000",
+        "over_max_output": "clamp",
+        "default_output_allowance": "1024",
+    }
+    form["soft_limit_action"] = "reject"
+    review = client.post(f"/tenants/{tenant_a.slug}/budget/", form).content.decode()
+    version = re.search(r'name="reviewed_version" value="([^"]*)"', review)
+    assert version is not None
+    budget_set(actor=None, tenant=tenant_a, tokens_per_day=2000)  # someone else, meanwhile
+    confirmed = {**form, "confirmed": "on", "reviewed_version": version.group(1)}
+    response = client.post(f"/tenants/{tenant_a.slug}/budget/", confirmed)
+    assert response.status_code == 409
+    assert "changed by someone else since you reviewed" in html.unescape(response.content.decode())
+    assert Budget.objects.get(tenant=tenant_a).tokens_per_day == 2000
