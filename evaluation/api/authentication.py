@@ -8,7 +8,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from tenants.models import ApiKey
+from tenants.models import ApiKey, ApiToken, User
 from tenants.tokens import TENANT_KEY_PREFIX, hash_secret
 
 
@@ -49,3 +49,27 @@ class GatewayKeyAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'
+
+
+class FlaggerMetadataTokenAuthentication(authentication.BaseAuthentication):
+    """Flagger's webhooks POST a JSON body and cannot set headers; the API token travels in the
+    webhook's `metadata` as `token` instead. Used by the verdict endpoint only, after the usual
+    header authentication."""
+
+    def authenticate(self, request: Request) -> tuple[User, ApiToken] | None:
+        if request.method != "POST" or not isinstance(request.data, dict):
+            return None
+        metadata = request.data.get("metadata")
+        secret = metadata.get("token") if isinstance(metadata, dict) else None
+        if not isinstance(secret, str) or not secret:
+            return None
+        now = timezone.now()
+        token = (
+            ApiToken.objects.select_related("user")
+            .filter(token_hash=hash_secret(secret.strip()), revoked_at__isnull=True)
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+            .first()
+        )
+        if token is None or not token.user.is_active:
+            raise exceptions.AuthenticationFailed("Invalid, revoked or expired API token.")
+        return token.user, token

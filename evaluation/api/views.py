@@ -6,6 +6,7 @@ from typing import cast
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,7 +15,10 @@ from rest_framework.views import APIView
 from controlplane.errors import DomainError, NotFound
 from evaluation import report, selectors, services
 from evaluation.api import serializers as s
-from evaluation.api.authentication import GatewayKeyAuthentication
+from evaluation.api.authentication import (
+    FlaggerMetadataTokenAuthentication,
+    GatewayKeyAuthentication,
+)
 from tenants.authentication import ApiTokenAuthentication
 from tenants.choices import Scope
 from tenants.models import ApiKey, User
@@ -96,8 +100,14 @@ class RolloutReportView(APIView):
 
 
 class RolloutVerdictView(APIView):
+    authentication_classes = [
+        ApiTokenAuthentication,
+        FlaggerMetadataTokenAuthentication,
+        SessionAuthentication,
+    ]
     permission_classes = [IsAuthenticated, TokenHasScopes]
-    required_scopes = READ
+    # POST only because Flagger's webhooks post; it reads, and needs no more than reading.
+    required_scopes_by_method = {"GET": READ, "HEAD": READ, "POST": READ}
 
     @extend_schema(
         operation_id="rollouts_verdict",
@@ -120,7 +130,24 @@ class RolloutVerdictView(APIView):
         "(`?format=flagger`). See docs/verdict-endpoint.md.",
     )
     def get(self, request: Request, rollout_id: int) -> Response:
-        form = request.query_params.get("format", "argo")
+        return self._verdict(request, rollout_id)
+
+    @extend_schema(
+        operation_id="rollouts_verdict_flagger",
+        request=None,
+        responses={
+            200: OpenApiResponse(description="pass"),
+            409: OpenApiResponse(description="the judge holds for a person"),
+            412: OpenApiResponse(description="roll back"),
+        },
+        description="Flagger's webhook call: the same verdict, `format=flagger` implied; the API "
+        "token may travel in the payload's `metadata.token` (Flagger cannot set headers).",
+    )
+    def post(self, request: Request, rollout_id: int) -> Response:
+        return self._verdict(request, rollout_id, default_format="flagger")
+
+    def _verdict(self, request: Request, rollout_id: int, default_format: str = "argo") -> Response:
+        form = request.query_params.get("format", default_format)
         if form not in ("argo", "flagger"):
             raise DomainError(f"format must be argo or flagger, got {form!r}")
         rollout = selectors.report_rollout(request.user, rollout_id)

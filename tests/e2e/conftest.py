@@ -153,10 +153,13 @@ def build_stack(
     candidate_faults: dict[str, Any] | None = None,
     speed: dict[str, float] | None = None,
     baseline_replicas: int = 2,
+    candidate_replicas: int = 1,
 ) -> Stack:
     profile = model(speed=speed or FAST, answer_tokens=8)
     baseline_fleet = fleets.start([profile], replicas=baseline_replicas)
-    candidate_fleet = fleets.start([profile], faults=candidate_faults, seed=5)
+    candidate_fleet = fleets.start(
+        [profile], replicas=candidate_replicas, faults=candidate_faults, seed=5
+    )
     v1, v2 = register(version="v1"), register(version="v2")
     alias_move(actor=None, family="support-chat", name="production", artifact=v1, reason="GA")
     deployments = []

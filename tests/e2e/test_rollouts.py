@@ -23,8 +23,17 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 SLOW_PLAN = Plan(
     steps=tuple(Step(weight=w, min_bake_s=600, min_samples=1000) for w in (5, 25, 50, 100))
 )
+# Short bakes, but the last step the A/B judge compares (50%) holds the samples it needs to
+# settle an equal candidate: TTFT p95 "no more than 10% worse" with 95% confidence takes about
+# 3,000 requests per arm on simfleet (2.5 minutes at 20 requests/s each). With fewer, the judge
+# rightly cannot tell "no worse" from "unresolved" and asks a person.
 QUICK_PLAN = Plan(
-    steps=tuple(Step(weight=w, min_bake_s=3, min_samples=10) for w in (5, 25, 50, 100))
+    steps=(
+        Step(weight=5, min_bake_s=3, min_samples=10),
+        Step(weight=25, min_bake_s=3, min_samples=10),
+        Step(weight=50, min_bake_s=3, min_samples=3000),
+        Step(weight=100, min_bake_s=3, min_samples=10),
+    )
 )
 
 
@@ -102,10 +111,13 @@ def test_a_candidate_with_3x_the_ttft_is_rolled_back_within_60_s(
         traffic.stop()
 
 
+@pytest.mark.timeout(480)
 def test_an_equal_candidate_is_promoted_through_every_step_even_if_the_worker_dies(
     tmp_path: Path, launchers: tuple[FleetLauncher, GatewayLauncher], stacks: list[Stack]
 ) -> None:
-    stack = build_stack(tmp_path, *launchers)
+    # Equal in capacity too: on one replica against the baseline's two, the candidate would be
+    # twice as loaded at 50% and its TTFT tail measurably (if slightly) worse.
+    stack = build_stack(tmp_path, *launchers, candidate_replicas=2)
     stacks.append(stack)
     traffic = stack.traffic()
     traffic.start()
@@ -118,11 +130,12 @@ def test_an_equal_candidate_is_promoted_through_every_step_even_if_the_worker_di
         stack.worker.kill9()  # mid-loop: leases and unacknowledged samples are left behind
         time.sleep(3)
         stack.worker.start()
-        promoted = wait_for_state(rollout.pk, {S.PROMOTED, S.ROLLED_BACK}, seconds=120)
+        promoted = wait_for_state(rollout.pk, {S.PROMOTED, S.ROLLED_BACK, S.PAUSED}, seconds=330)
         record_timing(
-            "promotion through 4 steps of 3 s, worker killed once", time.monotonic() - started
+            "promotion through 4 steps (3 s bakes, 3,000 judged samples at 50%), worker killed",
+            time.monotonic() - started,
         )
-        assert promoted.state == S.PROMOTED
+        assert promoted.state == S.PROMOTED, promoted.events.last()
     finally:
         traffic.stop()
     transitions = list(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from django.test import Client
 from pytest_django.fixtures import Settings
 
 from controlplane.errors import PermissionDenied
@@ -124,3 +125,17 @@ def test_prometheus_away_leaves_costs_as_they_were(
     settings.PROMETHEUS_URL = "http://127.0.0.1:9"
     assert deployment_costs_observe() == 0
     assert not DeploymentCost.objects.exists()
+
+
+def test_a_release_manager_enters_a_throughput_in_the_admin_and_it_is_audited(
+    client: Client, route: Route, release_manager: User, redis_client: redis.Redis
+) -> None:
+    client.force_login(release_manager)
+    response = client.post(
+        "/admin/evaluation/deploymentcost/add/",
+        {"deployment": route.baseline_id, "throughput_tokens_per_s": "1500", "utilisation": "0.5"},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    cost = DeploymentCost.objects.get(deployment=route.baseline)
+    assert (cost.throughput_tokens_per_s, cost.utilisation) == (1500.0, 0.5)
+    assert AuditEvent.objects.get(action="evaluation.cost_set").actor == release_manager

@@ -170,3 +170,21 @@ def test_a_report_of_an_empty_step_renders(client: Client, running: Rollout, vie
     response = client.get(f"/rollouts/{running.pk}/report/?step=2")
     assert response.status_code == 200
     assert "the judge does not compare arms at this step" in response.content.decode()
+
+
+def test_flagger_posts_with_the_token_in_its_metadata(
+    api_client: APIClient, ci_token: str, judged: Rollout
+) -> None:
+    payload = {
+        "name": "chat",
+        "namespace": "prod",
+        "phase": "Progressing",
+        "metadata": {"token": ci_token},
+    }
+    url = f"/api/v1/rollouts/{judged.pk}/verdict"
+    assert api_client.post(url, payload, format="json").status_code == 200
+    Rollout.objects.filter(pk=judged.pk).update(state="aborted")
+    assert api_client.post(url, payload, format="json").status_code == 412
+    payload["metadata"] = {"token": "tg_not-a-token"}
+    assert api_client.post(url, payload, format="json").status_code == 401
+    assert api_client.post(url, {"metadata": {}}, format="json").status_code == 401
