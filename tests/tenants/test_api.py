@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import redis
 from django.utils import timezone
+from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
 from controlplane.models import AuditEvent
@@ -206,3 +207,20 @@ def test_usage_has_buckets_routes_and_rejections(
     bad = client.get("/api/v1/tenants/tenant-a/usage?range=year")
     assert bad.status_code == 400
     assert "range must be one of hour, day, month" in bad.json()["detail"]
+
+
+def test_the_tenants_api_is_in_the_openapi_schema(db: None) -> None:
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    paths = schema["paths"]
+    for path in (
+        "/api/v1/tenants",
+        "/api/v1/tenants/{slug}",
+        "/api/v1/tenants/{slug}/budget",
+        "/api/v1/tenants/{slug}/keys",
+        "/api/v1/tenants/{slug}/keys/{key_id}/revoke",
+        "/api/v1/tenants/{slug}/usage",
+    ):
+        assert path in paths, path
+    assert "patch" in paths["/api/v1/tenants/{slug}/budget"]
+    created = paths["/api/v1/tenants/{slug}/keys"]["post"]["responses"]["201"]
+    assert created["content"]["application/json"]["schema"]["$ref"].endswith("ApiKeyCreatedOutput")
