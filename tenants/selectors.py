@@ -272,9 +272,14 @@ class TenantUsage:
 
 
 def tenants_overview(
-    user: User | AnonymousUser, *, sort: str = "usage", since: dt.timedelta = dt.timedelta(days=1)
+    user: User | AnonymousUser,
+    *,
+    sort: str = "usage",
+    search: str = "",
+    since: dt.timedelta = dt.timedelta(days=1),
 ) -> list[TenantUsage]:
-    """Every visible tenant with its usage over the last day, the heaviest first."""
+    """Every visible tenant (whose slug or name has `search`) with its usage over the last
+    day, the heaviest first."""
     start = _floor(timezone.now() - since, "hour")
     sums: dict[int, dict[str, Any]] = {
         row["tenant_id"]: dict(row)
@@ -288,7 +293,9 @@ def tenants_overview(
             tenant=tenant,
             totals=Totals(**{name: (sums.get(tenant.pk) or {}).get(name) or 0 for name in SUMS}),
         )
-        for tenant in visible_tenants(user).select_related("budget")
+        for tenant in visible_tenants(user)
+        .filter(Q(slug__icontains=search) | Q(name__icontains=search))
+        .select_related("budget")
     ]
     key = OVERVIEW_SORTS.get(sort, "tokens")
     rows.sort(key=lambda row: (-getattr(row.totals, key), row.tenant.slug))

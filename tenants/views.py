@@ -61,8 +61,10 @@ def tenant_list(request: HtmxHttpRequest) -> HttpResponse:
     sort = request.GET.get("sort", "usage")
     if sort not in selectors.OVERVIEW_SORTS:
         sort = "usage"
+    search = request.GET.get("q", "").strip()[:100]
     context = {
-        "rows": selectors.tenants_overview(user, sort=sort),
+        "rows": selectors.tenants_overview(user, sort=sort, search=search),
+        "search": search,
         "sort": sort,
         "sorts": [("usage", "By usage"), ("rejections", "By rejections")],
     }

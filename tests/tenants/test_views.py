@@ -362,3 +362,14 @@ def test_a_confirmation_over_a_budget_changed_since_is_refused(
     assert response.status_code == 409
     assert "changed by someone else since you reviewed" in html.unescape(response.content.decode())
     assert Budget.objects.get(tenant=tenant_a).tokens_per_day == 2000
+
+
+def test_release_managers_search_tenants_by_slug_or_name(
+    redis_client: redis.Redis, release_manager: User, tenant_a: Tenant, tenant_b: Tenant
+) -> None:
+    client = client_for(release_manager)
+    found = client.get("/tenants/?q=tenant-b&sort=rejections").content.decode()
+    assert 'data-tenant="tenant-b"' in found
+    assert 'data-tenant="tenant-a"' not in found
+    nothing = client.get("/tenants/?q=initech").content.decode()
+    assert "No tenant matches" in nothing
