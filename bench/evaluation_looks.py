@@ -52,6 +52,7 @@ def build(per_arm: int, other: int) -> int:
     from django.utils import timezone
 
     from evaluation.models import RequestSample
+    from rollouts.choices import RolloutState
     from rollouts.models import Deployment, Fleet, Replica, Rollout, Route
     from rollouts.plans import DEFAULT_PLAN
     from rollouts.services import rollout_create, rollout_transition
@@ -69,10 +70,14 @@ def build(per_arm: int, other: int) -> int:
     route = Route.objects.create(name="chat", baseline=baseline)
     rollout = rollout_create(actor=None, route=route, candidate=candidate, plan=DEFAULT_PLAN)
     Rollout.objects.filter(pk=rollout.pk).update(state="preflight")
-    rollout_transition(rollout_id=rollout.pk, to="running", actor=None, reason="bench")
+    rollout_transition(rollout_id=rollout.pk, to=RolloutState.RUNNING, actor=None, reason="bench")
     for step in (0, 1):
         rollout_transition(
-            rollout_id=rollout.pk, to="running", actor=None, reason="bench", expected_step=step
+            rollout_id=rollout.pk,
+            to=RolloutState.RUNNING,
+            actor=None,
+            reason="bench",
+            expected_step=step,
         )
     rng = random.Random(1)
     now = timezone.now()
