@@ -69,6 +69,7 @@ class Call:
     route: Route
     arm: Arm
     deployment: Deployment
+    key_id: str
     prompt_estimate: int
     allowance: int
     client_streams: bool
@@ -340,6 +341,7 @@ class GatewayApp:
             route=route,
             arm=arm,
             deployment=deployment,
+            key_id=key.id,
             prompt_estimate=prompt,
             allowance=allowance,
             client_streams=bool(payload.get("stream")),
@@ -546,6 +548,7 @@ class GatewayApp:
             dep=call.deployment.id,
             rollout=call.route.rollout_id,
             tenant=call.tenant.slug,
+            key=call.key_id,
             replica="",
             status=status,
             finish="rejected",
@@ -587,6 +590,7 @@ class GatewayApp:
             dep=call.deployment.id,
             rollout=call.route.rollout_id,
             tenant=call.tenant.slug,
+            key=call.key_id,
             replica=call.replica_id,
             status=499 if client_left else (progress.status or 502),
             finish=finish,

@@ -84,6 +84,7 @@ class Sample:
     dep: str
     rollout: str | None
     tenant: str
+    key: str  # the API key's id, for its last-used time
     replica: str
     status: int
     finish: str | None  # stop, length, tool_calls, abort (client left), error

@@ -172,7 +172,7 @@ class UsageRollup(models.Model):
     granularity = models.CharField(max_length=8, choices=Granularity.choices)
     bucket = models.DateTimeField()  # start of the minute, hour or day, UTC
     route = models.CharField(max_length=100)
-    arm = models.CharField(max_length=16)
+    arm = models.CharField(max_length=100)  # "baseline", "canary" or "rule:<name>"
     # rollouts.Deployment's id as the gateway records it (no foreign key: this app does not
     # depend on rollouts, and usage outlives retired deployments).
     deployment = models.CharField(max_length=64)
@@ -216,7 +216,7 @@ class RecentRejection(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="recent_rejections")
     at = models.DateTimeField()
     route = models.CharField(max_length=100)
-    arm = models.CharField(max_length=16)
+    arm = models.CharField(max_length=100)
     reason = models.CharField(max_length=64)
     status = models.PositiveSmallIntegerField()
     request_id = models.CharField(max_length=100)

@@ -83,7 +83,7 @@ def parse(fields: dict[Any, Any]) -> Record | None:
             ts=dt.datetime.fromtimestamp(float(record["ts"]), tz=dt.UTC),
             tenant=str(record["tenant"]),
             route=str(record.get("route") or "")[:100],
-            arm=str(record.get("arm") or "")[:16],
+            arm=str(record.get("arm") or "")[:100],
             deployment=str(record.get("dep") or "")[:64],
             status=int(record["status"]),
             finish=str(record.get("finish") or ""),

@@ -33,7 +33,7 @@ async def client() -> AsyncIterator[redis.Redis]:
 def sample(rid: str) -> Sample:
     return Sample(
         ts=NOW.timestamp(), rid=rid, route="chat", arm="baseline", dep="d1", rollout=None,
-        tenant="t1", replica="r1", status=200, finish="stop", pt=10, ot=5, ttft_ms=12.0,
+        tenant="t1", key="7", replica="r1", status=200, finish="stop", pt=10, ot=5, ttft_ms=12.0,
         tpot_ms=3.0, e2e_ms=30.0, tool=None, conc=1, stream=True, cost=0.0,
     )  # fmt: skip
 

@@ -16,7 +16,7 @@ from controlplane.gateway_config import publish_snapshot
 from rollouts.models import Deployment, Fleet, Replica, Route
 from tenants import usage
 from tenants.choices import Granularity
-from tenants.models import RecentRejection, Tenant, UsageRollup
+from tenants.models import ApiKey, RecentRejection, Tenant, UsageRollup
 from tenants.services import api_key_create, budget_set, tenant_create
 from tenants.soft_limits import soft_limits_check
 from tests.gateway.conftest import GatewayLauncher, GatewayProcess, wait_for_version
@@ -88,6 +88,8 @@ def test_served_and_refused_requests_are_counted_and_the_soft_limit_applies(
     assert served is not None
     assert (served.requests, served.tokens_out, served.arm) == (1, 6, "baseline")
     assert served.tokens_in > 0
+    # The gateway's record names the key, so the key page shows when it was last used.
+    assert ApiKey.objects.get(tenant=tenant).last_used_at is not None
 
     assert soft_limits_check() == ["acme"]
     republish(gateway)
