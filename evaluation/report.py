@@ -243,7 +243,8 @@ def step_window(
 
 
 def build(rollout: Rollout, *, step: int | None = None, with_signals: bool = True) -> Report:
-    """`rollout` with its deployments' fleets, costs and replicas loaded (see `report_rollouts`)."""
+    """`rollout` with its deployments' fleets, costs and replicas loaded (as
+    `selectors.report_rollout` loads it)."""
     judged = judged_steps(rollout)
     step = default_step(rollout, judged) if step is None else step
     rows = arm_rows(rollout.pk, step)
