@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
+from evaluation.choices import FeedbackValue
 from evaluation.models import Feedback
+from evaluation.services import feedback_record
 from rollouts.models import Rollout
 from tenants.models import Tenant, User
 from tenants.services import api_key_create
@@ -121,3 +126,33 @@ def test_feedback_is_in_the_openapi_schema(api_client: APIClient, viewer: User) 
     operation = schema["paths"]["/api/v1/feedback"]["post"]
     assert operation["operationId"] == "feedback_create"
     assert "404" in operation["responses"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_reports_on_one_response_at_once_leave_one_row(
+    tenant_a: Tenant,
+) -> None:
+    sample = stored(None, "canary", 1)[0]
+    key, _ = api_key_create(actor=None, tenant=tenant_a, name="app")
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def report(value: FeedbackValue) -> None:
+        try:
+            barrier.wait(timeout=5)
+            feedback_record(rid=sample.rid, value=value, key=key)
+        except BaseException as exc:  # noqa: BLE001 -- collected and asserted below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=report, args=(value,))
+        for value in (FeedbackValue.UP, FeedbackValue.DOWN)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert Feedback.objects.filter(sample=sample).count() == 1
