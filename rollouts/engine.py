@@ -99,6 +99,7 @@ def _keep(
         "final": look.final,
         "reason": look.report.reason,
         "verdict": verdict.pk if verdict is not None else None,
+        "summary": str(look),
     }
 
 

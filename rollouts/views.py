@@ -246,9 +246,14 @@ def _live_context(rollout: Rollout, now: dt.datetime) -> dict[str, Any]:
     gates = rollout.parsed_gates
     stats = selectors.step_stats(rollout)
     decision = None
+    judgment: object = None
     if rollout.state == S.RUNNING:
         # Read-only: what the next tick would do with the samples so far. The tick decides.
         decision = engine.decide(rollout, now=now)
+        judge = decision.evidence.get("judge")  # the judge's look, taken by decide() itself
+        judgment = judge["summary"] if isinstance(judge, dict) else None
+    else:
+        judgment = engine.relative_judgment(rollout)
     baked_s = None
     if rollout.step_started_at is not None and rollout.state in LIVE_STATES:
         baked_s = max(0.0, (now - rollout.step_started_at).total_seconds())
@@ -270,7 +275,7 @@ def _live_context(rollout: Rollout, now: dt.datetime) -> dict[str, Any]:
         "gates": gates,
         "baked_s": baked_s,
         "decision": decision,
-        "relative_judgment": engine.relative_judgment(rollout),
+        "relative_judgment": judgment,
         "final_event": events[0] if events and rollout.state in TERMINAL_STATES else None,
         "events": events,
     }
