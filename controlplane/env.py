@@ -87,6 +87,13 @@ class EnvReader:
         self._fail(name, "a TCP port number between 1 and 65535", value)
         return default
 
+    def positive_int(self, name: str, default: int) -> int:
+        value = self._raw(name, None) or str(default)
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+        self._fail(name, "a whole number of at least 1", value)
+        return default
+
     def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
         value = self._raw(name, None) or default
         if value.upper() in choices:

@@ -37,6 +37,8 @@ PUBLIC_WEB_URL = env.http_url("PUBLIC_WEB_URL", f"http://127.0.0.1:{WEB_PORT}")
 PUBLIC_GATEWAY_URL = env.http_url("PUBLIC_GATEWAY_URL", f"http://127.0.0.1:{GATEWAY_PORT}")
 
 LOG_LEVEL = env.choice("LOG_LEVEL", "INFO", ("DEBUG", "INFO", "WARNING", "ERROR"))
+# Request samples older than this are deleted (hourly, in batches), except a live rollout's.
+SAMPLE_RETENTION_DAYS = env.positive_int("SAMPLE_RETENTION_DAYS", 30)
 
 env.raise_if_invalid()
 
@@ -189,8 +191,6 @@ CELERY_TASK_SOFT_TIME_LIMIT = 100
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_TIMEZONE = "UTC"
-# Request samples older than this are deleted (hourly, in batches), except a live rollout's.
-SAMPLE_RETENTION_DAYS = 30
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "workers-heartbeat": {"task": "system.heartbeat", "schedule": 10.0},

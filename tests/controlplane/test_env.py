@@ -81,3 +81,14 @@ def test_redis_url_needs_a_numeric_database() -> None:
     reader.redis_url("REDIS_URL", "redis://127.0.0.1:6379/0")
     with pytest.raises(ConfigError, match="REDIS_URL"):
         reader.raise_if_invalid()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "thirty", "1.5"])
+def test_a_retention_is_a_whole_number_of_days(value: str) -> None:
+    reader = EnvReader(environ={"SAMPLE_RETENTION_DAYS": value})
+    assert reader.positive_int("SAMPLE_RETENTION_DAYS", 30) == 30
+    assert reader.errors == [
+        f"SAMPLE_RETENTION_DAYS: expected a whole number of at least 1; got {value!r}"
+    ]
+    assert EnvReader(environ={"SAMPLE_RETENTION_DAYS": "7"}).positive_int("X", 30) == 30
+    assert EnvReader(environ={"X": " 7 "}).positive_int("X", 30) == 7
