@@ -9,7 +9,7 @@ for the rules and the error guarantee, `sequential` for why looking every tick i
 `estimators` for the statistics, and `bench/judge_calibration.py` for the measured error rates.
 """
 
-from evaluation.judge.core import judge
+from evaluation.judge.core import NO_DATA, TOO_FEW_SAMPLES, judge
 from evaluation.judge.policy import (
     DEFAULT_METRICS,
     DEFAULT_POLICY,
@@ -24,6 +24,8 @@ from evaluation.judge.samples import ArmSamples
 __all__ = [
     "DEFAULT_METRICS",
     "DEFAULT_POLICY",
+    "NO_DATA",
+    "TOO_FEW_SAMPLES",
     "ArmSamples",
     "Decision",
     "Direction",

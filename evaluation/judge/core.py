@@ -41,7 +41,10 @@ from evaluation.judge.report import Decision, MetricVerdict, Outcome, Report
 from evaluation.judge.samples import ArmSamples
 from evaluation.judge.sequential import fixed_bound, mixture_bound
 
+# The starts of the rules that say why a metric could not be judged; callers may match on them
+# (e.g. to keep looking while a blocking metric is short of samples).
 NO_DATA = "no data in either arm"
+TOO_FEW_SAMPLES = "too few samples"
 
 
 @dataclass(frozen=True)
@@ -125,7 +128,7 @@ def _verdict(
         return _inconclusive(
             metric,
             arms,
-            f"too few samples: {metric.min_samples} per arm needed, "
+            f"{TOO_FEW_SAMPLES}: {metric.min_samples} per arm needed, "
             f"{estimate.n_reference} ({arms.name}) and {estimate.n_candidate} (candidate) so far",
             estimate,
         )
