@@ -8,8 +8,10 @@ The price and GPU count are the fleet's. The throughput is entered on the deploy
 for), or else observed: the tokens per second a replica actually served, from vLLM's counters in
 Prometheus, which already include the utilisation. An entered figure wins, because an observed
 one on a lightly loaded canary would charge the candidate for idle GPUs that the baseline's busy
-replicas do not have. Unknown throughput or an unpriced fleet gives 0 ("not known"), never a
-guess.
+replicas do not have. For that reason the judge compares costs only when both deployments'
+throughputs were entered (evaluation.selectors.Window.costs_comparable); observed costs are still
+recorded, charged to tenants' usage and shown. Unknown throughput or an unpriced fleet gives 0
+("not known"), never a guess.
 
 The gateway multiplies the unit cost into each request record as (prompt + output tokens) * unit
 cost / 10^6, so throughput here counts prompt and output tokens alike.

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Subquery
 
 from controlplane.errors import NotFound
 from evaluation.choices import POSITIVE_FEEDBACK
 from evaluation.judge import ArmSamples
-from evaluation.models import Feedback, RequestSample, Verdict
+from evaluation.models import DeploymentCost, Feedback, RequestSample, Verdict
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout
 from rollouts.selectors import visible_rollouts
@@ -45,6 +45,10 @@ class Window:
     step: int
     max_sample_id: int
     feedback: dict[str, tuple[int, int]]  # arm -> (positive, negative)
+    # Costs are compared only when both deployments' throughput was entered: an observed
+    # throughput follows the load, so a lightly loaded canary would look dearer per token for
+    # its idle GPUs alone (see evaluation.costs).
+    costs_comparable: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +56,7 @@ class Window:
             "step": self.step,
             "max_sample_id": self.max_sample_id,
             "feedback": {arm: list(counts) for arm, counts in self.feedback.items()},
+            "costs_comparable": self.costs_comparable,
         }
 
     @classmethod
@@ -62,6 +67,7 @@ class Window:
             step=int(data["step"]),
             max_sample_id=int(data["max_sample_id"]),
             feedback={arm: (int(c[0]), int(c[1])) for arm, c in feedback.items()},
+            costs_comparable=bool(data.get("costs_comparable", True)),
         )
 
 
@@ -80,10 +86,21 @@ def current_window(rollout_id: int, step: int) -> tuple[Window, dict[str, ArmSam
     )
     max_id = rows[-1][0] if rows else 0
     feedback = feedback_counts(rollout_id, step, max_id)
-    window = Window(rollout_id, step, max_id, feedback)
+    window = Window(rollout_id, step, max_id, feedback, costs_entered(rollout_id))
     return window, {
         arm: _columns([r[2:] for r in rows if r[1] == arm], window, arm) for arm in ARMS
     }
+
+
+def costs_entered(rollout_id: int) -> bool:
+    """Whether both of the rollout's deployments have an entered throughput (one query)."""
+    rollout = Rollout.objects.filter(pk=rollout_id)
+    entered = DeploymentCost.objects.filter(
+        Q(deployment_id=Subquery(rollout.values("baseline_id")[:1]))
+        | Q(deployment_id=Subquery(rollout.values("candidate_id")[:1])),
+        throughput_tokens_per_s__isnull=False,
+    )
+    return entered.count() == 2
 
 
 def feedback_counts(rollout_id: int, step: int, max_sample_id: int) -> dict[str, tuple[int, int]]:
@@ -125,7 +142,9 @@ def _columns(rows: list[tuple[Any, ...]], window: Window, arm: str) -> ArmSample
     if columns:
         # The gateway records a cost of 0 when the deployment's unit cost is not known: that is
         # no data about cost (the judge leaves such requests out), not a free request.
-        columns["cost"] = [cost if cost > 0 else None for cost in columns["cost"]]
+        columns["cost"] = [
+            cost if cost > 0 and window.costs_comparable else None for cost in columns["cost"]
+        ]
     return ArmSamples.from_columns(columns, feedback_positive=positive, feedback_negative=negative)
 
 

@@ -9,8 +9,8 @@ import random
 from django.utils import timezone
 
 from controlplane.models import AuditEvent
-from evaluation.judging import recompute
-from evaluation.models import RequestSample, Verdict
+from evaluation.judging import recompute, step_look
+from evaluation.models import DeploymentCost, RequestSample, Verdict
 from rollouts.choices import RolloutState
 from rollouts.engine import advance, decide
 from rollouts.models import Rollout, RolloutEvent
@@ -22,7 +22,14 @@ S = RolloutState
 
 
 def traffic(
-    rollout: Rollout, arm: str, count: int, *, seed: int, ttft_scale: float = 1.0, step: int = 0
+    rollout: Rollout,
+    arm: str,
+    count: int,
+    *,
+    seed: int,
+    ttft_scale: float = 1.0,
+    step: int = 0,
+    cost_scale: float = 1.0,
 ) -> None:
     """Requests with the spread real ones have: lognormal latencies, varied lengths and loads."""
     rng = random.Random(seed)  # noqa: S311 -- test data, not secrets
@@ -45,7 +52,7 @@ def traffic(
             tpot_ms=rng.lognormvariate(1.6, 0.2),
             e2e_ms=rng.lognormvariate(6, 0.3),
             concurrency=rng.randint(1, 6),
-            cost=out * 2e-6,
+            cost=out * 2e-6 * cost_scale,
         )
         for i in range(count)
     )
@@ -72,6 +79,27 @@ def test_an_interim_look_rolls_back_a_clearly_worse_candidate_before_the_step_en
     event = RolloutEvent.objects.get(rollout=running, to_state=S.ROLLED_BACK)
     verdict = Verdict.objects.get(pk=event.evidence["judge"]["verdict"])
     assert (verdict.decision, verdict.final, verdict.step) == ("rollback", False, 0)
+
+
+def test_costs_are_judged_only_when_both_throughputs_were_entered(running: Rollout) -> None:
+    # The canary's records cost three times as much per token: what an observed throughput
+    # gives a canary idling at 5% beside a busy baseline, with nothing wrong with the model.
+    traffic(running, "baseline", 1500, seed=11)
+    traffic(running, "canary", 1500, seed=12, cost_scale=3.0)
+    look = step_look(running, now=timezone.now(), final=False)
+    assert look is not None
+    costs = {v.metric: v for v in look.report.verdicts if v.metric.startswith("cost")}
+    assert costs
+    assert {v.outcome for v in costs.values()} == {"inconclusive"}, costs
+    assert advance(running.pk).action == "hold"  # type: ignore[union-attr]
+
+    # Entered throughputs (from benchmarks) make the same gap a real one.
+    DeploymentCost.objects.create(deployment=running.baseline, throughput_tokens_per_s=900)
+    DeploymentCost.objects.create(deployment=running.candidate, throughput_tokens_per_s=300)
+    decision = advance(running.pk)
+    assert decision is not None
+    assert decision.action == "rollback", decision.reason
+    assert "cost_per_request" in decision.reason
 
 
 def test_an_equal_candidate_passes_the_step_on_the_final_look(running: Rollout) -> None:

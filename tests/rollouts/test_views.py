@@ -377,10 +377,10 @@ def test_the_page_query_count_is_pinned(
     act(running, release_manager, "resume")
     client.force_login(release_manager)
     # session, user, rollout, 2 step stats, 2 stats for the decision, events, and one look of
-    # the A/B judge (samples and feedback), shared by the decision and the verdict line
-    with django_assert_num_queries(10):
+    # the A/B judge (samples, feedback, entered costs), shared by the decision and the verdict
+    with django_assert_num_queries(11):
         client.get(f"/rollouts/{running.pk}/")
-    with django_assert_num_queries(10):
+    with django_assert_num_queries(11):
         client.get(f"/rollouts/{running.pk}/?seen=running%3A0", headers=HTMX)
 
 
