@@ -16,7 +16,7 @@ from controlplane.redis import get_redis
 from evaluation.costs import deployment_unit_cost
 from gateway import snapshot as schema
 from rollouts.choices import LIVE_STATES, DeploymentState, ReplicaState
-from rollouts.models import Deployment, Rollout, Route, RouteRule
+from rollouts.models import Deployment, Rollout, Route, RouteRule, control_weight
 from tenants.models import ApiKey, Budget, Tenant
 
 VERSION_KEY = "tollgate:gateway:snapshot:version"
@@ -84,11 +84,25 @@ def build_snapshot(version: int) -> schema.Snapshot:
     )
     rules = _rules(deployments)
     for route in Route.objects.select_related(
-        "baseline__fleet", "canary__fleet", "baseline__cost", "canary__cost"
-    ).prefetch_related("tenants", "baseline__fleet__replicas", "canary__fleet__replicas"):
-        arms = [_arm("baseline", route.baseline, 100.0 - route.canary_weight, deployments)]
+        "baseline__fleet",
+        "canary__fleet",
+        "control__fleet",
+        "baseline__cost",
+        "canary__cost",
+        "control__cost",
+    ).prefetch_related(
+        "tenants",
+        "baseline__fleet__replicas",
+        "canary__fleet__replicas",
+        "control__fleet__replicas",
+    ):
+        control = control_weight(route.canary_weight) if route.control is not None else 0.0
+        baseline = 100.0 - route.canary_weight - control
+        arms = [_arm("baseline", route.baseline, baseline, deployments)]
         if route.canary is not None:
             arms.append(_arm("canary", route.canary, route.canary_weight, deployments))
+        if route.control is not None and control > 0:
+            arms.append(_arm("control", route.control, control, deployments))
         routes[route.name] = schema.Route(
             name=route.name,
             arms=tuple(arms),

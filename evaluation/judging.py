@@ -78,10 +78,12 @@ def report_of(
     recomputing a stored verdict computes again."""
     arms = samples if samples is not None else selectors.window_samples(window)
     judged = judged_steps(rollout)
+    control = arms["control"] if len(arms["control"]) else None  # only rollouts with one
     return judge(
         arms["baseline"],
         arms["canary"],
         DEFAULT_POLICY,
+        control=control,
         final=final,
         steps=max(1, len(judged)),
         last_step=bool(judged) and window.step == judged[-1],

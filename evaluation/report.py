@@ -248,12 +248,17 @@ def build(rollout: Rollout, *, step: int | None = None, with_signals: bool = Tru
     judged = judged_steps(rollout)
     step = default_step(rollout, judged) if step is None else step
     rows = arm_rows(rollout.pk, step)
+    if rollout.control_id is None:
+        del rows["control"]
     feedback = selectors.feedback_counts(rollout.pk, step, max_sample_id=2**62)
     for arm, (positive, negative) in feedback.items():
-        rows[arm].feedback_positive, rows[arm].feedback_negative = positive, negative
+        if arm in rows:
+            rows[arm].feedback_positive, rows[arm].feedback_negative = positive, negative
     verdicts = list(selectors.rollout_verdicts(rollout.pk).filter(step=step))
     histogram, width = _histogram(rollout.pk, step, rows)
     deployments = {"baseline": rollout.baseline, "canary": rollout.candidate}
+    if rollout.control is not None:
+        deployments["control"] = rollout.control
     signals: dict[str, fleet.FleetSignals] = {}
     if with_signals:
         start, end = step_window(rollout, step, rows)

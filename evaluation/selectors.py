@@ -19,7 +19,7 @@ from rollouts.selectors import visible_rollouts
 from tenants.models import User
 
 # The arms a rollout compares; route rules' arms ("rule:<name>") belong to neither.
-ARMS = ("baseline", "canary")
+ARMS = ("baseline", "canary", "control")
 # The judge's columns, in the order `arm_samples` reads them.
 COLUMNS = (
     "status",
@@ -172,8 +172,13 @@ def report_rollout(user: User | AnonymousUser, rollout_id: int) -> Rollout:
             "candidate__artifact",
             "candidate__fleet",
             "candidate__cost",
+            "control__artifact",
+            "control__fleet",
+            "control__cost",
         )
-        .prefetch_related("baseline__fleet__replicas", "candidate__fleet__replicas")
+        .prefetch_related(
+            "baseline__fleet__replicas", "candidate__fleet__replicas", "control__fleet__replicas"
+        )
         .filter(pk=rollout_id)
         .first()
     )

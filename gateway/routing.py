@@ -49,15 +49,21 @@ def match_rule(route: Route, tenant: Tenant, prompt_tokens: int) -> Arm | None:
 
 
 def choose_arm(route: Route, session_key: str) -> Arm:
+    """The canary serves the positions below its share, a control (when there is one) the next
+    slice of the same size, the baseline the rest."""
     if len(route.arms) == 1:
         return route.arms[0]
-    canary = next((arm for arm in route.arms if arm.name == "canary"), None)
-    baseline = next((arm for arm in route.arms if arm.name == "baseline"), route.arms[0])
-    if canary is None:
-        return baseline
+    arms = {arm.name: arm for arm in route.arms}
+    baseline = arms.get("baseline", route.arms[0])
     total = sum(arm.weight for arm in route.arms)
-    canary_share = canary.weight / total * 100.0
-    return canary if session_position(route, session_key) < canary_share else baseline
+    position = session_position(route, session_key) / 100.0 * total
+    for name in ("canary", "control"):
+        arm = arms.get(name)
+        if arm is not None:
+            if position < arm.weight:
+                return arm
+            position -= arm.weight
+    return baseline
 
 
 @dataclass

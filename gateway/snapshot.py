@@ -95,9 +95,13 @@ RULE_ARM_PREFIX = "rule:"
 
 
 class Arm(Frozen):
-    # A route splits its traffic between baseline and canary; "rule:<name>" is the arm of the
+    # A route splits its traffic between baseline and canary (and a control, a second copy of the
+    # baseline at the canary's weight, when a rollout has one); "rule:<name>" is the arm of the
     # requests a route rule sent to its own deployment, outside that split.
-    name: Literal["baseline", "canary"] | Annotated[str, Field(pattern=r"^rule:[a-z0-9_-]+$")]
+    name: (
+        Literal["baseline", "canary", "control"]
+        | Annotated[str, Field(pattern=r"^rule:[a-z0-9_-]+$")]
+    )
     deployment_id: str
     weight: Annotated[float, Field(ge=0.0, le=100.0)]
 
@@ -143,7 +147,7 @@ class RouteRule(Frozen):
 
 class Route(Frozen):
     name: str
-    arms: tuple[Arm, ...] = Field(min_length=1, max_length=2)
+    arms: tuple[Arm, ...] = Field(min_length=1, max_length=3)
     # What keeps a session on its arm: the request's `user`, the X-Session-Id header, or the
     # tenant itself. Falls back to the tenant when the chosen key is absent from a request.
     stickiness: Literal["user", "session", "tenant"] = "user"
@@ -160,8 +164,10 @@ class Route(Frozen):
         names = [arm.name for arm in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"route {self.name!r} has two arms named the same: {names}")
-        if not set(names) <= {"baseline", "canary"}:
-            raise ValueError(f"route {self.name!r} arms must be baseline and canary: {names}")
+        if not set(names) <= {"baseline", "canary", "control"}:
+            raise ValueError(
+                f"route {self.name!r} arms must be baseline, canary and control: {names}"
+            )
         rule_names = [rule.name for rule in self.rules]
         if len(set(rule_names)) != len(rule_names):
             raise ValueError(f"route {self.name!r} has two rules named the same: {rule_names}")

@@ -112,6 +112,7 @@ def decide(rollout: Rollout, now: dt.datetime | None = None, *, record: bool = F
     gates = rollout.parsed_gates
     canary = arm_stats(rollout.pk, "canary", started)
     baseline = arm_stats(rollout.pk, "baseline", started)
+    control = arm_stats(rollout.pk, "control", started) if rollout.control_id else None
     baked_s = (now - started).total_seconds()
     evidence: dict[str, object] = {
         "step": rollout.step_index,
@@ -120,6 +121,8 @@ def decide(rollout: Rollout, now: dt.datetime | None = None, *, record: bool = F
         "canary": asdict(canary),
         "baseline": asdict(baseline),
     }
+    if control is not None:
+        evidence["control"] = asdict(control)
     if canary.samples >= gates.min_guardrail_samples:
         breach = _guardrail_breach(canary, gates)
         if breach:
@@ -127,7 +130,10 @@ def decide(rollout: Rollout, now: dt.datetime | None = None, *, record: bool = F
     # At 100% the baseline gets no traffic: only the candidate's samples can count.
     baseline_needed = step.min_samples if step.weight < 100 else 0
     baking = baked_s < step.min_bake_s or canary.samples < step.min_samples
-    short_of_baseline = baseline.samples < baseline_needed
+    # With a control arm the baseline's share shrinks (to nothing at 50%): the reference the
+    # candidate is compared with is the baseline and its copy together.
+    reference = baseline.samples + (control.samples if control is not None else 0)
+    short_of_baseline = reference < baseline_needed
     look = relative_judgment(rollout, now=now, final=not (baking or short_of_baseline))
     if look is not None and look.decision == "rollback":
         _keep(look, rollout, evidence, acted=True, record=record)

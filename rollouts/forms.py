@@ -156,6 +156,13 @@ class RolloutCreateForm(PlanStepsForm):
         ),
         error_messages={"required": "Pick the candidate deployment to roll out."},
     )
+    control = CandidateChoiceField(
+        queryset=candidate_deployments().filter(state=DeploymentState.READY),
+        required=False,
+        empty_label="no control arm",
+        help_text="A second deployment of the baseline, given the canary's weight: the judge "
+        "then compares the candidate with the baseline under the same load.",
+    )
     override_reason = forms.CharField(
         required=False,
         max_length=2000,

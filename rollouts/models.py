@@ -91,7 +91,7 @@ class Deployment(models.Model):
 
 class Route(models.Model):
     """The model name clients ask for, split between a baseline and (during a rollout) a
-    canary deployment."""
+    canary deployment, and a control deployment when the rollout has one."""
 
     name = models.CharField(max_length=100, unique=True)
     baseline = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="+")
@@ -100,6 +100,11 @@ class Route(models.Model):
     )
     canary_weight = models.FloatField(
         default=0.0, validators=[MinValueValidator(0.0), MaxValueValidator(100.0)]
+    )
+    # During a rollout with a control arm: a second deployment of the baseline, given the
+    # canary's share (as far as the baseline has it to give), so the judge compares like loads.
+    control = models.ForeignKey(
+        Deployment, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )
     stickiness = models.CharField(max_length=8, choices=Stickiness.choices, default="user")
     # Changes with every rollout, so each draws its own canary cohort.
@@ -209,6 +214,11 @@ class Rollout(models.Model):
     route = models.ForeignKey(Route, on_delete=models.PROTECT, related_name="rollouts")
     baseline = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="+")
     candidate = models.ForeignKey(Deployment, on_delete=models.PROTECT, related_name="+")
+    # Optional: a second deployment of the baseline's artifact that runs beside the canary at the
+    # same weight, so the candidate is compared with a copy of the baseline under the same load.
+    control = models.ForeignKey(
+        Deployment, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
     plan = models.JSONField()  # rollouts.plans.Plan
     gates = models.JSONField()  # rollouts.plans.SloGates
     state = models.CharField(max_length=16, choices=RolloutState.choices, default="pending")
@@ -249,6 +259,12 @@ class Rollout(models.Model):
         if self.state not in (RolloutState.RUNNING, RolloutState.PAUSED):
             return 0.0
         return self.parsed_plan.steps[self.step_index].weight
+
+
+def control_weight(canary_weight: float) -> float:
+    """The control arm's share: the canary's, as far as the baseline has it to give (at 50% the
+    baseline's whole share goes to the control; at 100% there is nothing left to compare)."""
+    return max(0.0, min(canary_weight, 100.0 - canary_weight))
 
 
 class RolloutEvent(models.Model):

@@ -58,7 +58,7 @@ def rollout_list(
 ) -> QuerySet[Rollout]:
     queryset = (
         visible_rollouts(user)
-        .select_related("route", "candidate__artifact", "baseline__artifact")
+        .select_related("route", "candidate__artifact", "baseline__artifact", "control__artifact")
         .order_by("-created_at")
     )
     if state == "live":

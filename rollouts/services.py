@@ -61,11 +61,14 @@ def rollout_create(
     plan: Plan = DEFAULT_PLAN,
     gates: SloGates | None = None,
     override_reason: str = "",
+    control: Deployment | None = None,
 ) -> Rollout:
     """A pending rollout. A candidate that fails its promotion gates needs a release manager's
     written override to get this far."""
     if candidate.pk == route.baseline_id:
         raise DomainError(f"{candidate} already is the baseline of {route}")
+    if control is not None:
+        _check_control(control, route=route, candidate=candidate)
     if not gates_cleared(candidate.artifact):
         if not override_reason:
             raise DomainError(
@@ -79,6 +82,7 @@ def rollout_create(
         route=route,
         baseline=route.baseline,
         candidate=candidate,
+        control=control,
         plan=plan.model_dump(mode="json"),
         gates=(gates or SloGates()).model_dump(mode="json"),
         created_by=actor,
@@ -89,6 +93,18 @@ def rollout_create(
         rollout.save()
         audit_record(actor=actor, action="rollout.created", target=rollout)
     return rollout
+
+
+def _check_control(control: Deployment, *, route: Route, candidate: Deployment) -> None:
+    if control.pk in (route.baseline_id, candidate.pk):
+        raise DomainError("the control must be a deployment of its own, not the baseline's")
+    if control.artifact_id != route.baseline.artifact_id:
+        raise DomainError(
+            f"the control must serve the baseline's artifact ({route.baseline.artifact}), "
+            f"not {control.artifact}"
+        )
+    if control.state != DeploymentState.READY:
+        raise DomainError(f"the control {control} is {control.state}, not ready")
 
 
 def rollout_transition(
@@ -184,6 +200,7 @@ def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None
             rollout.step_started_at = timezone.now()
         route.canary = rollout.candidate
         route.canary_weight = steps[rollout.step_index].weight
+        route.control = rollout.control
         route.salt = f"rollout-{rollout.pk}"
     elif to == S.PROMOTED:
         old = route.baseline
@@ -191,7 +208,7 @@ def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None
         # In-flight requests of the old version finish first; then it is unloaded and retired.
         _retire_after_commit(old.pk, delay_s=DRAIN_S)
         route.baseline = rollout.candidate
-        route.canary, route.canary_weight = None, 0.0
+        route.canary, route.canary_weight, route.control = None, 0.0, None
         artifact = rollout.candidate.artifact
         alias_move(
             actor=actor,
@@ -201,10 +218,10 @@ def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None
             reason=f"promoted by rollout {rollout.pk}",
         )
     elif to in (S.ROLLED_BACK, S.ABORTED, S.FAILED):
-        route.canary, route.canary_weight = None, 0.0
+        route.canary, route.canary_weight, route.control = None, 0.0, None
         if previous != S.PENDING:
             _retire_after_commit(rollout.candidate_id, delay_s=DRAIN_S)
-    route.save(update_fields=["baseline", "canary", "canary_weight", "salt"])
+    route.save(update_fields=["baseline", "canary", "canary_weight", "control", "salt"])
     rollout.state = to
 
 

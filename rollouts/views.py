@@ -413,6 +413,7 @@ def rollout_create(request: HtmxHttpRequest) -> HttpResponse:
                 actor=actor,
                 route=form.cleaned_data["route"],
                 candidate=form.cleaned_data["candidate"],
+                control=form.cleaned_data.get("control"),
                 plan=form.cleaned_data["plan"],
                 gates=form.cleaned_data["gates"],
                 # A written override is recorded against the artifact: only when one is needed.

@@ -35,6 +35,12 @@ class SloGatesInput(serializers.Serializer[dict[str, Any]]):
 class RolloutCreateInput(serializers.Serializer[dict[str, Any]]):
     route = serializers.CharField(max_length=100)
     candidate_deployment = serializers.IntegerField(min_value=1)
+    control_deployment = serializers.IntegerField(
+        min_value=1,
+        required=False,
+        help_text="A second deployment of the baseline's artifact, given the canary's weight so "
+        "the judge compares the candidate with the baseline under the same load",
+    )
     steps = StepInput(many=True, required=False)
     gates = SloGatesInput(required=False)
     plan_template = serializers.SlugField(
@@ -70,6 +76,7 @@ class RolloutOutput(serializers.ModelSerializer[Rollout]):
     route = serializers.CharField(source="route.name")
     candidate = serializers.CharField(source="candidate.artifact")
     baseline = serializers.CharField(source="baseline.artifact")
+    control = serializers.CharField(source="control.artifact", allow_null=True, default=None)
     canary_weight = serializers.FloatField(source="current_weight")
     events = EventOutput(many=True, read_only=True)
 
@@ -80,6 +87,7 @@ class RolloutOutput(serializers.ModelSerializer[Rollout]):
             "route",
             "baseline",
             "candidate",
+            "control",
             "state",
             "step_index",
             "step_started_at",

@@ -78,6 +78,11 @@ class RolloutsView(ListAPIView[Rollout]):
         candidate = Deployment.objects.filter(pk=values["candidate_deployment"]).first()
         if candidate is None:
             raise DomainError(f"no deployment {values['candidate_deployment']}")
+        control = None
+        if "control_deployment" in values:
+            control = Deployment.objects.filter(pk=values["control_deployment"]).first()
+            if control is None:
+                raise DomainError(f"no deployment {values['control_deployment']}")
         plan, gates = DEFAULT_PLAN, SloGates()
         if "plan_template" in values:
             # The template's plan and gates; steps or gates sent alongside replace its own.
@@ -103,6 +108,7 @@ class RolloutsView(ListAPIView[Rollout]):
             plan=plan,
             gates=gates,
             override_reason=values["override_reason"],
+            control=control,
         )
         if values["start"]:
             services.rollout_start(actor=actor, rollout_id=rollout.pk)

@@ -102,6 +102,24 @@ def test_costs_are_judged_only_when_both_throughputs_were_entered(running: Rollo
     assert "cost_per_request" in decision.reason
 
 
+def test_a_control_arm_compares_the_candidate_with_the_baseline_under_the_same_load(
+    running: Rollout,
+) -> None:
+    # The busy baseline is twice as slow as the lightly loaded arms; the candidate matches the
+    # baseline only because it is slow itself: next to the control, at its own load, it is 2x.
+    traffic(running, "baseline", 1500, seed=13, ttft_scale=2.0)
+    traffic(running, "canary", 1500, seed=14, ttft_scale=2.0)
+    look = step_look(running, now=timezone.now(), final=False)
+    assert look is not None
+    assert look.decision != "rollback"  # against the busy baseline it looks equal
+
+    traffic(running, "control", 1500, seed=15)
+    decision = advance(running.pk)
+    assert decision is not None
+    assert decision.action == "rollback", decision.reason
+    assert "ttft" in decision.reason
+
+
 def test_an_equal_candidate_passes_the_step_on_the_final_look(running: Rollout) -> None:
     traffic(running, "baseline", 1500, seed=3)
     traffic(running, "canary", 1500, seed=4)

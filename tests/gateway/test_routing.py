@@ -50,6 +50,29 @@ def test_sessions_on_the_canary_stay_there_as_the_weight_grows() -> None:
     assert len(previous) == len(SESSIONS)
 
 
+def test_a_control_arm_gets_the_canarys_share_and_the_canary_keeps_its_sessions() -> None:
+    previous: set[str] = set()
+    for weight, control in ((5, 5), (25, 25), (50, 50)):
+        with_control = Route(
+            name="chat",
+            salt="rollout-1",
+            arms=(
+                Arm(name="baseline", deployment_id="b", weight=100 - weight - control),
+                Arm(name="canary", deployment_id="c", weight=weight),
+                Arm(name="control", deployment_id="b2", weight=control),
+            ),
+        )
+        arms = [choose_arm(with_control, s).name for s in SESSIONS]
+        for name, expected in (("canary", weight), ("control", control)):
+            share, p = arms.count(name) / len(SESSIONS), expected / 100
+            assert abs(share - p) < 4 * math.sqrt(p * (1 - p) / len(SESSIONS)), (name, share)
+        canary = {s for s, arm in zip(SESSIONS, arms, strict=True) if arm == "canary"}
+        assert previous <= canary  # the canary's sessions stay on it as it grows
+        assert canary == canary_sessions(weight, SESSIONS)  # the same cohort as without control
+        previous = canary
+    assert "baseline" not in arms  # at 50% the control takes the baseline's whole share
+
+
 def test_a_new_rollout_draws_a_new_cohort() -> None:
     first = canary_sessions(25, SESSIONS, salt="rollout-1")
     second = canary_sessions(25, SESSIONS, salt="rollout-2")

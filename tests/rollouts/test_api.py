@@ -64,6 +64,18 @@ def test_bad_rollout_requests_are_clear_400s(
             {"route": "chat", "candidate_deployment": route.baseline_id},
             "already is the baseline",
         ),
+        (
+            {"route": "chat", "candidate_deployment": candidate.pk, "control_deployment": 999999},
+            "no deployment 999999",
+        ),
+        (
+            {
+                "route": "chat",
+                "candidate_deployment": candidate.pk,
+                "control_deployment": route.baseline_id,
+            },
+            "the control must be a deployment of its own",
+        ),
     ]
     for payload, message in cases:
         response = api_client.post("/api/v1/rollouts", payload, format="json")
@@ -78,3 +90,29 @@ def test_viewers_watch_but_cannot_steer(
     assert api_client.get("/api/v1/rollouts").status_code == 200
     payload = {"route": "chat", "candidate_deployment": candidate.pk}
     assert api_client.post("/api/v1/rollouts", payload, format="json").status_code == 403
+
+
+def test_ci_names_a_control_deployment(
+    api_client: APIClient,
+    ci_token: str,
+    route: Route,
+    candidate: Deployment,
+    redis_client: redis.Redis,
+) -> None:
+    control = Deployment.objects.create(
+        artifact=route.baseline.artifact,
+        fleet=route.baseline.fleet,
+        served_model_name="chat-v1-control",
+        state="ready",
+    )
+    api_client.credentials(HTTP_AUTHORIZATION=f"Bearer {ci_token}")
+    payload = {
+        "route": "chat",
+        "candidate_deployment": candidate.pk,
+        "control_deployment": control.pk,
+    }
+    created = api_client.post("/api/v1/rollouts", payload, format="json")
+    assert created.status_code == 201, created.json()
+    assert created.json()["control"] == "support-chat:v1"
+    route.refresh_from_db()
+    assert (route.canary, route.control) == (candidate, control)

@@ -189,3 +189,52 @@ def test_after_promotion_the_old_baseline_drains_then_retires(
     retire(deployment_id=old.pk)
     old.refresh_from_db()
     assert old.state == "retired"
+
+
+def test_a_control_arm_runs_beside_the_canary_at_its_weight_until_the_rollout_ends(
+    route: Route, candidate: Deployment, redis_client: redis.Redis
+) -> None:
+    from controlplane.gateway_config import build_snapshot
+
+    # A second copy of the baseline's artifact, on replicas of its own.
+    control = Deployment.objects.create(
+        artifact=route.baseline.artifact,
+        fleet=route.baseline.fleet,
+        served_model_name="chat-v1-control",
+        state="ready",
+    )
+    rollout = rollout_create(
+        actor=None, route=route, candidate=candidate, plan=PLAN, control=control
+    )
+    rollout_start(actor=None, rollout_id=rollout.pk)
+    arms = [(a.name, a.weight) for a in build_snapshot(version=1).routes["chat"].arms]
+    assert arms == [("baseline", 90.0), ("canary", 5.0), ("control", 5.0)]
+
+    rollout_transition(
+        rollout_id=rollout.pk, to=S.RUNNING, actor=None, reason="ok", expected_step=0
+    )
+    arms = [(a.name, a.weight) for a in build_snapshot(version=2).routes["chat"].arms]
+    assert arms == [("baseline", 0.0), ("canary", 50.0), ("control", 50.0)]
+
+    rollout_transition(rollout_id=rollout.pk, to=S.ROLLED_BACK, actor=None, reason="worse")
+    assert refreshed(route).control is None
+    arms = [(a.name, a.weight) for a in build_snapshot(version=3).routes["chat"].arms]
+    assert arms == [("baseline", 100.0)]
+
+
+def test_a_control_must_be_a_ready_copy_of_the_baseline(
+    route: Route, candidate: Deployment
+) -> None:
+    with pytest.raises(DomainError, match="deployment of its own"):
+        rollout_create(actor=None, route=route, candidate=candidate, control=route.baseline)
+    other = Deployment.objects.create(
+        artifact=candidate.artifact, fleet=route.baseline.fleet, served_model_name="v2-copy"
+    )
+    with pytest.raises(DomainError, match="the baseline's artifact"):
+        rollout_create(actor=None, route=route, candidate=candidate, control=other)
+    pending = Deployment.objects.create(
+        artifact=route.baseline.artifact, fleet=route.baseline.fleet, served_model_name="copy"
+    )
+    with pytest.raises(DomainError, match="not ready"):
+        rollout_create(actor=None, route=route, candidate=candidate, control=pending)
+    assert not Rollout.objects.exists()
