@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import gc
 import hashlib
 import logging
 import time
@@ -137,6 +138,11 @@ class GatewayApp:
                 await self.store.refresh()
                 self.store.start()
                 self.ledger.start()
+                # The ~60,000 objects of the libraries and the snapshot live as long as the
+                # process: a full collection that walks them stalls every request for ~15 ms.
+                # Frozen, they are never scanned again.
+                gc.collect()
+                gc.freeze()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.store.stop()
