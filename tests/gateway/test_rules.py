@@ -139,7 +139,7 @@ def _snapshot(**route: Any) -> dict[str, Any]:
         ),
         (
             {"arms": [{"name": "rule:x", "deployment_id": "b", "weight": 100}]},
-            "arms must be baseline and canary",
+            "arms must be baseline, canary and control",
         ),
     ],
 )
