@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-import uuid
 from typing import Any
 
 import orjson
@@ -18,33 +17,13 @@ from tenants import usage
 from tenants.choices import Granularity
 from tenants.models import ApiKey, RecentRejection, Tenant, UsageEntry, UsageRollup
 from tenants.services import api_key_create
+from tests.tenants.conftest import sample
 
 NOW = dt.datetime(2026, 11, 30, 12, 34, 56, tzinfo=dt.UTC)
 
 
 def record(tenant: Tenant, **overrides: Any) -> dict[str, Any]:
-    return {
-        "ts": NOW.timestamp(),
-        "rid": "chatcmpl-" + uuid.uuid4().hex,
-        "route": "chat",
-        "arm": "baseline",
-        "dep": "7",
-        "rollout": None,
-        "tenant": tenant.slug,
-        "replica": "fleet/r0",
-        "status": 200,
-        "finish": "stop",
-        "pt": 100,
-        "ot": 20,
-        "ttft_ms": 30.0,
-        "tpot_ms": 4.0,
-        "e2e_ms": 120.0,
-        "tool": None,
-        "conc": 1,
-        "stream": False,
-        "cost": 0.5,
-        **overrides,
-    }
+    return sample(tenant, NOW, **{"dep": "7", "cost": 0.5, **overrides})
 
 
 def rejection(tenant: Tenant, reason: str, **overrides: Any) -> dict[str, Any]:
