@@ -2,6 +2,8 @@
 
 A new snapshot is announced on pub/sub and applied at once; polling catches announcements missed
 while disconnected. A snapshot that fails validation, or is older than the one in use, is ignored.
+A poll that finds the bytes it saw last time stops there: validating a snapshot with thousands of
+keys takes milliseconds, and the event loop that serves requests would stall for it every poll.
 When Redis is unreachable the last good snapshot stays in force: routing goes on, and budgets
 follow each tenant's fail mode.
 """
@@ -27,6 +29,7 @@ class SnapshotStore:
         self.current: Snapshot | None = None
         self.redis_ok = False
         self._task: asyncio.Task[None] | None = None
+        self._seen: bytes | str | None = None  # the last published snapshot looked at
 
     async def refresh(self) -> bool:
         """Reads the published snapshot; True when a newer valid one was applied."""
@@ -38,8 +41,9 @@ class SnapshotStore:
                 logger.warning("Redis unreachable, keeping snapshot in force: %s", exc)
             self.redis_ok = False
             return False
-        if raw is None:
+        if raw is None or raw == self._seen:
             return False
+        self._seen = raw
         try:
             snapshot = Snapshot.model_validate_json(raw)
         except ValidationError as exc:

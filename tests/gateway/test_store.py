@@ -1,0 +1,67 @@
+"""The gateway's copy of the snapshot: what a poll applies, and what it leaves alone."""
+
+from __future__ import annotations
+
+import pytest
+import redis.asyncio as redis
+
+from gateway.snapshot import SNAPSHOT_KEY, Snapshot
+from gateway.store import SnapshotStore
+from tests.gateway.conftest import make_snapshot, publish
+
+UPSTREAM = "http://127.0.0.1:9"
+
+
+async def test_a_poll_that_finds_the_same_bytes_validates_nothing(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    validated: list[int] = []
+    validate = Snapshot.model_validate_json
+
+    def counting(raw: bytes) -> Snapshot:
+        validated.append(len(raw))
+        return validate(raw)
+
+    monkeypatch.setattr(Snapshot, "model_validate_json", counting)
+    client = redis.Redis.from_url(redis_url)
+    store = SnapshotStore(client, poll_s=1.0)
+    try:
+        first = make_snapshot([UPSTREAM])
+        publish(redis_url, first)
+        assert await store.refresh() is True
+        assert [await store.refresh() for _ in range(5)] == [False] * 5
+        assert len(validated) == 1  # the unchanged bytes were not parsed again
+        assert store.current is not None
+        assert store.current.version == first.version
+
+        second = make_snapshot([UPSTREAM, UPSTREAM])
+        publish(redis_url, second)
+        assert await store.refresh() is True
+        assert len(validated) == 2
+        assert len(store.current.deployments["base"].replicas) == 2
+    finally:
+        await client.aclose()
+
+
+async def test_an_invalid_or_older_snapshot_keeps_the_one_in_force(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    store = SnapshotStore(client, poll_s=1.0)
+    try:
+        current = make_snapshot([UPSTREAM])
+        publish(redis_url, current)
+        assert await store.refresh() is True
+
+        await client.set(SNAPSHOT_KEY, b'{"version": "not a number"}')
+        assert await store.refresh() is False
+        older = current.model_copy(update={"version": current.version - 1})
+        await client.set(SNAPSHOT_KEY, older.model_dump_json())
+        assert await store.refresh() is False
+        assert store.current is not None
+        assert store.current.version == current.version
+
+        # A newer one after them applies as usual.
+        publish(redis_url, current.model_copy(update={"version": current.version + 1}))
+        assert await store.refresh() is True
+        assert store.current.version == current.version + 1
+    finally:
+        await client.aclose()
