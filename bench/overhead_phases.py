@@ -150,11 +150,15 @@ class Figures:
     ttft: tuple[float, float]
 
     @classmethod
-    def of(cls, outcome: Outcome) -> Figures:
+    def of(cls, *outcomes: Outcome) -> Figures:
+        """The percentiles of one run, or of several runs' samples pooled."""
+
         def pair(values: list[float]) -> tuple[float, float]:
             return percentile(values, 0.5), percentile(values, 0.99)
 
-        return cls(rt=pair(outcome.rt_ms), ttft=pair(outcome.ttft_ms))
+        rt = [v for outcome in outcomes for v in outcome.rt_ms]
+        ttft = [v for outcome in outcomes for v in outcome.ttft_ms]
+        return cls(rt=pair(rt), ttft=pair(ttft))
 
     def minus(self, other: Figures) -> Figures:
         return Figures(
@@ -174,12 +178,18 @@ def fmt(value: float) -> str:
 Level = dict[str, tuple[Outcome, Figures]]
 
 
+def reference(level: Level) -> Figures:
+    """What the targets' figures are compared with: both direct runs of the level, pooled (a
+    p99 from twice the samples, taken before and after the proxies ran)."""
+    return Figures.of(level["direct"][0], level["direct-again"][0])
+
+
 def concurrency_phase(
     bench: Bench, levels: list[int], seconds: float, probe_rate: float
 ) -> dict[int, Level]:
     direct, tollgate, nginx, litellm = bench.targets
     # Direct once more before LiteLLM (whose overload would disturb what follows): the gap
-    # between the two direct runs is the noise floor.
+    # between the two direct runs is the noise floor, and both together are the reference.
     order = [
         (direct, "direct"),
         (tollgate, "tollgate"),
@@ -214,8 +224,8 @@ class Sweep:
 
 
 def sweep_window(rate: float, quick: bool) -> float:
-    # Enough samples for a p99 at the rates that matter, without minutes at the lowest ones.
-    return min(3.0 if quick else 5.0, max(1.5 if quick else 2.0, (300 if quick else 500) / rate))
+    # Enough samples for a p99 (500: the five slowest decide it), within 20 s at the lowest rates.
+    return min(8.0 if quick else 20.0, max(1.5 if quick else 2.0, (250 if quick else 500) / rate))
 
 
 def rate_phase(bench: Bench, rates: list[float], limit_ms: float, quick: bool) -> dict[str, Sweep]:
