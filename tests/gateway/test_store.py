@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import pytest
 import redis.asyncio as redis
 
@@ -12,8 +14,15 @@ from tests.gateway.conftest import make_snapshot, publish
 UPSTREAM = "http://127.0.0.1:9"
 
 
+@pytest.fixture
+async def client(redis_url: str) -> AsyncIterator[redis.Redis]:
+    connection = redis.Redis.from_url(redis_url)
+    yield connection
+    await connection.aclose()
+
+
 async def test_a_poll_that_finds_the_same_bytes_validates_nothing(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
+    redis_url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     validated: list[int] = []
     validate = Snapshot.model_validate_json
@@ -23,45 +32,38 @@ async def test_a_poll_that_finds_the_same_bytes_validates_nothing(
         return validate(raw)
 
     monkeypatch.setattr(Snapshot, "model_validate_json", counting)
-    client = redis.Redis.from_url(redis_url)
     store = SnapshotStore(client, poll_s=1.0)
-    try:
-        first = make_snapshot([UPSTREAM])
-        publish(redis_url, first)
-        assert await store.refresh() is True
-        assert [await store.refresh() for _ in range(5)] == [False] * 5
-        assert len(validated) == 1  # the unchanged bytes were not parsed again
-        assert store.current is not None
-        assert store.current.version == first.version
+    first = make_snapshot([UPSTREAM])
+    publish(redis_url, first)
+    assert await store.refresh() is True
+    assert [await store.refresh() for _ in range(5)] == [False] * 5
+    assert len(validated) == 1  # the unchanged bytes were not parsed again
+    assert store.current is not None
+    assert store.current.version == first.version
 
-        second = make_snapshot([UPSTREAM, UPSTREAM])
-        publish(redis_url, second)
-        assert await store.refresh() is True
-        assert len(validated) == 2
-        assert len(store.current.deployments["base"].replicas) == 2
-    finally:
-        await client.aclose()
+    publish(redis_url, make_snapshot([UPSTREAM, UPSTREAM]))
+    assert await store.refresh() is True
+    assert len(validated) == 2
+    assert len(store.current.deployments["base"].replicas) == 2
 
 
-async def test_an_invalid_or_older_snapshot_keeps_the_one_in_force(redis_url: str) -> None:
-    client = redis.Redis.from_url(redis_url)
+async def test_an_invalid_or_older_snapshot_keeps_the_one_in_force(
+    redis_url: str, client: redis.Redis
+) -> None:
     store = SnapshotStore(client, poll_s=1.0)
-    try:
-        current = make_snapshot([UPSTREAM])
-        publish(redis_url, current)
-        assert await store.refresh() is True
+    current = make_snapshot([UPSTREAM])
+    publish(redis_url, current)
+    assert await store.refresh() is True
 
-        await client.set(SNAPSHOT_KEY, b'{"version": "not a number"}')
-        assert await store.refresh() is False
-        older = current.model_copy(update={"version": current.version - 1})
-        await client.set(SNAPSHOT_KEY, older.model_dump_json())
-        assert await store.refresh() is False
-        assert store.current is not None
-        assert store.current.version == current.version
+    await client.set(SNAPSHOT_KEY, b'{"version": "not a number"}')
+    assert await store.refresh() is False
+    older = current.model_copy(update={"version": current.version - 1})
+    await client.set(SNAPSHOT_KEY, older.model_dump_json())
+    assert await store.refresh() is False
+    assert store.current is not None
+    assert store.current.version == current.version
 
-        # A newer one after them applies as usual.
-        publish(redis_url, current.model_copy(update={"version": current.version + 1}))
-        assert await store.refresh() is True
-        assert store.current.version == current.version + 1
-    finally:
-        await client.aclose()
+    # A newer one after them applies as usual.
+    publish(redis_url, current.model_copy(update={"version": current.version + 1}))
+    assert await store.refresh() is True
+    assert store.current.version == current.version + 1
