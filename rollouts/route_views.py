@@ -18,8 +18,9 @@ from controlplane.http import HtmxHttpRequest
 from rollouts import selectors, services
 from rollouts.choices import DeploymentState
 from rollouts.forms import RouteRuleDeleteForm, RouteRuleEditForm, RouteRuleForm
-from rollouts.models import Route
+from rollouts.models import Route, RouteRule
 from rollouts.views import _is_release_manager, _release_manager
+from tenants.models import User
 
 
 def _route_or_404(request: HtmxHttpRequest, name: str) -> Route:
@@ -27,6 +28,21 @@ def _route_or_404(request: HtmxHttpRequest, name: str) -> Route:
         return selectors.route_for(request.user, name)
     except NotFound as exc:
         raise Http404(str(exc)) from exc
+
+
+def _rule_or_404(actor: User, route: Route, name: str) -> RouteRule:
+    rule = selectors.visible_rules(actor, route).filter(name=name).first()
+    if rule is None:
+        raise Http404(f"route {route.name} has no rule named {name!r}")
+    return rule
+
+
+# What a rule matches and where it sends it: the fields its create and edit forms share.
+RULE_FIELDS = ("target", "tenants", "tiers", "min_prompt_tokens", "max_prompt_tokens", "order")
+
+
+def _rule_fields(values: dict[str, Any]) -> dict[str, Any]:
+    return {field: values[field] for field in RULE_FIELDS}
 
 
 def route_url(route: Route) -> str:
@@ -88,15 +104,7 @@ def route_rule_add(request: HtmxHttpRequest, name: str) -> HttpResponse:
         values = form.cleaned_data
         try:
             services.route_rule_create(
-                actor=actor,
-                route=route,
-                name=values["name"],
-                target=values["target"],
-                tenants=values["tenants"],
-                tiers=values["tiers"],
-                min_prompt_tokens=values["min_prompt_tokens"],
-                max_prompt_tokens=values["max_prompt_tokens"],
-                order=values["order"],
+                actor=actor, route=route, name=values["name"], **_rule_fields(values)
             )
         except DomainError as exc:
             form.add_error(None, str(exc))
@@ -114,9 +122,7 @@ def route_rule_edit(request: HtmxHttpRequest, name: str, rule_name: str) -> Http
     it as their arm)."""
     actor = _release_manager(request)
     route = _route_or_404(request, name)
-    rule = selectors.visible_rules(actor, route).filter(name=rule_name).first()
-    if rule is None:
-        raise Http404(f"route {route.name} has no rule named {rule_name!r}")
+    rule = _rule_or_404(actor, route, rule_name)
     if request.method == "GET":
         form = RouteRuleEditForm(
             initial={
@@ -135,16 +141,7 @@ def route_rule_edit(request: HtmxHttpRequest, name: str, rule_name: str) -> Http
     if form.is_valid():
         values = form.cleaned_data
         try:
-            services.route_rule_update(
-                actor=actor,
-                rule_id=rule.pk,
-                target=values["target"],
-                tenants=values["tenants"],
-                tiers=values["tiers"],
-                min_prompt_tokens=values["min_prompt_tokens"],
-                max_prompt_tokens=values["max_prompt_tokens"],
-                order=values["order"],
-            )
+            services.route_rule_update(actor=actor, rule_id=rule.pk, **_rule_fields(values))
         except DomainError as exc:
             form.add_error(None, str(exc))
         else:
@@ -159,9 +156,7 @@ def route_rule_edit(request: HtmxHttpRequest, name: str, rule_name: str) -> Http
 def route_rule_delete(request: HtmxHttpRequest, name: str, rule_name: str) -> HttpResponse:
     actor = _release_manager(request)
     route = _route_or_404(request, name)
-    rule = selectors.visible_rules(actor, route).filter(name=rule_name).first()
-    if rule is None:
-        raise Http404(f"route {route.name} has no rule named {rule_name!r}")
+    rule = _rule_or_404(actor, route, rule_name)
     form = RouteRuleDeleteForm(request.POST)
     if not form.is_valid():
         context = _detail_context(request, route, delete_form=form)
