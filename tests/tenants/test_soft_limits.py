@@ -35,19 +35,24 @@ def published(client: redis.Redis) -> Snapshot:
     return Snapshot.model_validate_json(client.get(SNAPSHOT_KEY) or b"")
 
 
+def route_past_80_percent(tenant: Tenant) -> None:
+    """1,000 tokens a day; past 80% of them, requests go to chat-lite."""
+    budget_set(
+        actor=None,
+        tenant=tenant,
+        tokens_per_day=1000,
+        soft_limit_percent=80,
+        soft_limit_action="route",
+        soft_limit_route="chat-lite",
+    )
+
+
 def test_a_soft_limit_route_must_be_open_to_the_tenant(
     tenant_a: Tenant, tenant_b: Tenant, routes: dict[str, Route]
 ) -> None:
     routes["chat-lite"].tenants.set([tenant_b])
     with pytest.raises(DomainError, match="no route 'chat-lite' is open to tenant tenant-a"):
-        budget_set(
-            actor=None,
-            tenant=tenant_a,
-            tokens_per_day=1000,
-            soft_limit_percent=80,
-            soft_limit_action="route",
-            soft_limit_route="chat-lite",
-        )
+        route_past_80_percent(tenant_a)
     with pytest.raises(DomainError, match="name the cheaper route"):
         budget_set(actor=None, tenant=tenant_a, tokens_per_day=1000, soft_limit_action="route")
     with pytest.raises(DomainError, match="set one of them first"):
@@ -61,14 +66,7 @@ def test_crossing_the_soft_limit_sets_the_flag_once_audited_and_published(
     routes: dict[str, Route],
     django_capture_on_commit_callbacks: Capture,
 ) -> None:
-    budget_set(
-        actor=None,
-        tenant=tenant_a,
-        tokens_per_day=1000,
-        soft_limit_percent=80,
-        soft_limit_action="route",
-        soft_limit_route="chat-lite",
-    )
+    route_past_80_percent(tenant_a)
     use_tokens(redis_client, tenant_a, day=799)
     with django_capture_on_commit_callbacks() as callbacks:
         assert soft_limits_check() == []
@@ -132,14 +130,7 @@ def test_an_unreadable_budget_store_changes_no_flag(
 def test_a_deleted_fallback_route_is_left_out_of_the_snapshot(
     redis_client: redis.Redis, tenant_a: Tenant, routes: dict[str, Route]
 ) -> None:
-    budget_set(
-        actor=None,
-        tenant=tenant_a,
-        tokens_per_day=1000,
-        soft_limit_percent=80,
-        soft_limit_action="route",
-        soft_limit_route="chat-lite",
-    )
+    route_past_80_percent(tenant_a)
     routes["chat-lite"].delete()
     publish_snapshot()  # still valid: the gateway refuses past the soft limit instead
     assert published(redis_client).tenants[str(tenant_a.pk)].budget.soft_limit_route is None
