@@ -28,7 +28,7 @@ from gateway import measure
 from gateway.budgets import Budgets, Refusal, Reservation
 from gateway.errors import GatewayError, bad_request
 from gateway.ledger import Ledger, Settlement
-from gateway.proxy import Progress, Upstream, UpstreamFailed, assemble, relay
+from gateway.proxy import Progress, Upstream, UpstreamCutOff, UpstreamFailed, assemble, relay
 from gateway.requests import (
     estimate_prompt_tokens,
     parse_body,
@@ -512,6 +512,16 @@ class GatewayApp:
                     f"The request ran past {self.settings.total_timeout_s:g} s.",
                     error_type="timeout",
                     code="total_timeout",
+                ) from None
+            except UpstreamCutOff as exc:
+                # Too late to retry elsewhere: part of the answer may already be with the client.
+                progress.finish_reason = "error"
+                raise GatewayError(
+                    502,
+                    f"Replica {replica.id} stopped in the middle of the answer ({exc}); the "
+                    f"{progress.token_events} tokens it produced are charged.",
+                    error_type="server_error",
+                    code="upstream_failed",
                 ) from None
             finally:
                 self.load.remove(replica.id, tokens)

@@ -26,6 +26,10 @@ class UpstreamFailed(Exception):
     """The replica could not be reached or failed before sending anything: retry elsewhere."""
 
 
+class UpstreamCutOff(Exception):
+    """The replica's stream broke off before its end (it died, or dropped the connection)."""
+
+
 @dataclass
 class Progress:
     """What has come back from the replica so far (read by the caller even after a cancel)."""
@@ -44,6 +48,12 @@ class Progress:
     # Tool calls by index: id, name, arguments (assembled from the deltas).
     tool_calls: dict[int, dict[str, str]] = field(default_factory=dict)
     error_body: bytes | None = None
+    saw_done: bool = False  # the stream's closing `data: [DONE]`
+
+    @property
+    def done(self) -> bool:
+        """Whether the replica finished its answer (a stream cut off before this is an error)."""
+        return self.saw_done or self.finish_reason is not None
 
     def record_delta(self, choice: dict[str, Any], keep_text: bool) -> None:
         delta = choice.get("delta")
@@ -143,19 +153,23 @@ async def relay(
     buffer = b""
     reader = response.content
     while True:
-        if progress.first_token_at is None:
-            try:
+        try:
+            if progress.first_token_at is None:
                 chunk = await asyncio.wait_for(reader.readany(), first_token_timeout_s)
-            except TimeoutError:
-                raise GatewayError(
-                    504,
-                    f"The model produced no token within {first_token_timeout_s:g} s.",
-                    error_type="timeout",
-                    code="first_token_timeout",
-                ) from None
-        else:
-            chunk = await reader.readany()
+            else:
+                chunk = await reader.readany()
+        except TimeoutError:
+            raise GatewayError(
+                504,
+                f"The model produced no token within {first_token_timeout_s:g} s.",
+                error_type="timeout",
+                code="first_token_timeout",
+            ) from None
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamCutOff(str(exc)) from exc
         if not chunk:
+            if not progress.done:
+                raise UpstreamCutOff("its stream ended without a finish_reason or [DONE]")
             break
         buffer += chunk
         out: list[bytes] = []
@@ -187,6 +201,7 @@ def _handle_event(
         return None
     data = event[6:]
     if data == b"[DONE]":
+        progress.saw_done = True
         return b"data: [DONE]\n\n"
     try:
         payload = orjson.loads(data)

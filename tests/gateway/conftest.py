@@ -11,8 +11,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import orjson
 import pytest
 import redis
 
@@ -212,3 +213,15 @@ def chat_body(**extra: Any) -> dict[str, Any]:
         "max_tokens": 6,
         **extra,
     }
+
+
+def records(redis_url: str, count: int) -> list[dict[str, Any]]:
+    """The request records on the samples stream, once `count` of them are there."""
+    client = redis.Redis.from_url(redis_url)
+    deadline = time.monotonic() + 5
+    while client.xlen("tollgate:samples") < count:
+        assert time.monotonic() < deadline, "the gateway did not record every request"
+        time.sleep(0.05)
+    entries: list[tuple[bytes, dict[bytes, bytes]]] = cast(Any, client.xrange("tollgate:samples"))
+    client.close()
+    return [orjson.loads(fields[b"r"]) for _, fields in entries]

@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 
 import aiohttp
+import orjson
 import pytest
 
 from gateway.snapshot import Budget
@@ -18,6 +19,7 @@ from tests.gateway.conftest import (
     chat_body,
     make_snapshot,
     publish,
+    records,
     wait_for_version,
 )
 from tests.simfleet.harness import Fleet, FleetLauncher, metric, model, request, wait_until
@@ -151,3 +153,44 @@ def test_a_new_snapshot_applies_without_a_restart(
     publish(redis_url, second)
     wait_for_version(gateway, second.version)
     assert post(gateway.url, chat_body()) == 429
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["non-streaming", "streaming"])
+def test_a_replica_that_dies_mid_answer_is_a_clear_error_and_still_charged(
+    gateways: GatewayLauncher, fleets: FleetLauncher, redis_url: str, stream: bool
+) -> None:
+    doomed = fleets.start([model(speed=SLOW)])
+    gateway = gateways.start(redis_url=redis_url)
+    snapshot = make_snapshot(doomed.urls)
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+
+    async def ask(session: aiohttp.ClientSession) -> tuple[int, bytes]:
+        body = chat_body(max_tokens=1000, stream=stream, ignore_eos=True)
+        url = gateway.url + "/v1/chat/completions"
+        async with session.post(url, json=body, headers=auth(ACME_KEY)) as response:
+            return response.status, await response.read()
+
+    async def ask_while_the_replica_dies() -> tuple[int, bytes]:
+        async with aiohttp.ClientSession() as session:
+            answer = asyncio.ensure_future(ask(session))
+            await asyncio.sleep(0.4)  # about 20 tokens in
+            doomed.process.kill()
+            return await asyncio.wait_for(answer, 10)
+
+    status, body = asyncio.run(ask_while_the_replica_dies())
+    doomed.process.wait(timeout=10)
+
+    if stream:
+        # The status line went out with the first token: the stream ends with an error event.
+        assert status == 200
+        events = [e for e in body.split(b"\n\n") if e.startswith(b"data: ")]
+        assert events[-1] == b"data: [DONE]"
+        assert orjson.loads(events[-2][6:])["error"]["code"] == "upstream_failed"
+    else:
+        assert status == 502
+        assert orjson.loads(body)["error"]["code"] == "upstream_failed"
+    assert request("GET", f"{gateway.url}/healthz").status == 200
+    record = records(redis_url, 1)[0]
+    assert record["finish"] == "error"
+    assert record["ot"] > 0  # what was generated before the crash is charged

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import http.client
-import time
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 import pytest
-import redis
 from pydantic import ValidationError
 
 from gateway.routing import match_rule
@@ -26,6 +24,7 @@ from tests.gateway.conftest import (
     chat_body,
     make_snapshot,
     publish,
+    records,
     wait_for_version,
 )
 from tests.simfleet.harness import Fleet, FleetLauncher, model
@@ -213,18 +212,6 @@ def gateway(gateways: GatewayLauncher, redis_url: str) -> GatewayProcess:
 def apply(gateway: GatewayProcess, redis_url: str, snapshot: Snapshot) -> None:
     publish(redis_url, snapshot)
     wait_for_version(gateway, snapshot.version)
-
-
-def records(redis_url: str, count: int) -> list[dict[str, Any]]:
-    """The request records on the samples stream, once `count` of them are there."""
-    client = redis.Redis.from_url(redis_url)
-    deadline = time.monotonic() + 5
-    while client.xlen("tollgate:samples") < count:
-        assert time.monotonic() < deadline, "the gateway did not record every request"
-        time.sleep(0.05)
-    entries: list[tuple[bytes, dict[bytes, bytes]]] = cast(Any, client.xrange("tollgate:samples"))
-    client.close()
-    return [orjson.loads(fields[b"r"]) for _, fields in entries]
 
 
 def post(
