@@ -14,7 +14,7 @@ SECRET_KEY := $(shell python3 deploy/stack.py secret-key)
 endif
 export SECRET_KEY
 
-.PHONY: help venv up down status migrate seed demo test lint typecheck format pytest lock clean
+.PHONY: help venv test-packages up down status migrate seed demo test lint typecheck format pytest lock clean
 
 help:
 	@echo "make demo   start the stack with demo data and print URLs and logins"
@@ -25,7 +25,7 @@ $(BIN)/.installed: requirements/dev.lock package-lock.json
 	@test -n "$(PYTHON)" || { echo "tollgate: Python 3.12 is needed (Django 6 requires it): install python3.12 or set PYTHON=/path/to/python3.12" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements/dev.lock
-	@command -v npm >/dev/null || { echo "tollgate: npm is needed to install htmx (apt-get install npm)" >&2; exit 1; }
+	@python3 deploy/stack.py venv-packages
 	npm ci --no-audit --no-fund --silent
 	@touch $@
 
@@ -63,7 +63,11 @@ format: venv
 typecheck: venv
 	$(BIN)/mypy
 
-pytest: venv
+# Prometheus and Chromium, from Debian's packages: installed when run as root, named otherwise.
+test-packages:
+	@python3 deploy/stack.py test-packages
+
+pytest: venv test-packages
 	$(BIN)/pytest
 
 test: lint typecheck pytest

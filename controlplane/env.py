@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
 
 
@@ -67,6 +68,15 @@ class EnvReader:
             self._fail(name, expected, None if value is None else f"<{len(value)} characters>")
             return ""
         return value
+
+    def secret(self, name: str, *, min_length: int, development_file: Path | None) -> str:
+        """A secret from the environment, or from `development_file` when the variable is unset.
+
+        The caller passes a file only for a development configuration; production sets the variable.
+        """
+        if self._raw(name, None) is None and development_file and development_file.is_file():
+            return self.string(name, development_file.read_text().strip(), min_length=min_length)
+        return self.string(name, min_length=min_length)
 
     def boolean(self, name: str, default: bool) -> bool:
         value = self._raw(name, None)

@@ -19,9 +19,18 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = EnvReader()
 
-SECRET_KEY = env.string("SECRET_KEY", min_length=32)
 DEBUG = env.boolean("DEBUG", default=False)
 ALLOWED_HOSTS = env.csv("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+# `make` keeps a development key in var/secret-key (deploy/stack.py). It stands in for an unset
+# SECRET_KEY only while the site answers to local addresses alone, so that `manage.py` works in a
+# checkout; a deployment that serves any other host must set SECRET_KEY itself.
+VAR_DIR = Path(env.string("TOLLGATE_VAR_DIR", str(BASE_DIR / "var"))).resolve()
+SERVES_LOCAL_ONLY = set(ALLOWED_HOSTS) <= {"localhost", "127.0.0.1", "[::1]", "::1"}
+SECRET_KEY = env.secret(
+    "SECRET_KEY",
+    min_length=32,
+    development_file=VAR_DIR / "secret-key" if SERVES_LOCAL_ONLY else None,
+)
 CSRF_TRUSTED_ORIGINS = env.csv("CSRF_TRUSTED_ORIGINS", "")
 
 DATABASE = env.postgres_url("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tollgate")

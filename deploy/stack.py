@@ -4,7 +4,8 @@
 database, then starts the web server, a Celery worker and Celery beat. It is idempotent: what runs
 is left alone. Every process it starts is recorded under var/run/ so that `down` stops exactly
 those and nothing else. Logs go to var/log/. When something cannot be started it says what is
-missing and how to get it.
+missing and how to get it. `venv-packages` and `test-packages` install the Debian packages that
+`make venv` and `make test` need (as root; anyone else is told which to install).
 
 Standard library only: this runs before anything else is known to work.
 """
@@ -270,15 +271,19 @@ def ensure_redis() -> None:
     process.start(child_env())
 
 
-def install_prometheus() -> None:
-    if shutil.which("prometheus"):
+def install_debian_package(package: str, *, reason: str, otherwise: str = "") -> None:
+    """Install the Debian package whose command of the same name is missing, when run as root.
+
+    Anyone else gets one line naming the package to install (and `otherwise`, another way out).
+    """
+    if shutil.which(package):
         return
     if not (is_root() and shutil.which("apt-get")):
         raise StackError(
-            "Prometheus is not running and not installed: install the Debian package "
-            "(sudo apt-get install prometheus) or point PROMETHEUS_URL at a running server"
+            f"{reason}, and the Debian package {package} is not installed: install it "
+            f"(sudo apt-get install {package}){otherwise}"
         )
-    say("prometheus: installing the Debian package (apt-get install prometheus)")
+    say(f"{package}: installing the Debian package (apt-get install {package})")
     apt_env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
 
     def apt_get(*args: str) -> bool:
@@ -286,10 +291,30 @@ def install_prometheus() -> None:
         quiet = subprocess.DEVNULL
         return subprocess.run(command, env=apt_env, stdout=quiet, stderr=quiet).returncode == 0
 
-    install = ("install", "-y", "-q", "--no-install-recommends", "prometheus")
+    install = ("install", "-y", "-q", "--no-install-recommends", package)
     # The package lists may be missing or stale on a fresh machine: update once and retry.
     if not apt_get(*install) and not (apt_get("update", "-q") and apt_get(*install)):
-        raise StackError("apt-get install prometheus failed; run it by hand to see why")
+        raise StackError(f"apt-get install {package} failed; run it by hand to see why")
+
+
+def install_prometheus() -> None:
+    install_debian_package(
+        "prometheus",
+        reason="Prometheus is not running",
+        otherwise=" or point PROMETHEUS_URL at a running server",
+    )
+
+
+def venv_packages() -> None:
+    """What `make venv` needs beyond Python: npm, which installs the pinned htmx package."""
+    install_debian_package("npm", reason="htmx is installed with npm")
+
+
+def test_packages() -> None:
+    """What `make test` needs beyond the virtual environment: its own Prometheus servers and a
+    real browser (Debian's packages, installed when run as root)."""
+    install_debian_package("prometheus", reason="make test starts Prometheus servers of its own")
+    install_debian_package("chromium", reason="make test drives a real browser")
 
 
 def prometheus_process() -> Managed:
@@ -494,6 +519,8 @@ def main(argv: list[str]) -> int:
         "down": down,
         "status": status,
         "traffic": traffic,
+        "venv-packages": venv_packages,
+        "test-packages": test_packages,
         "secret-key": lambda: print(secret_key()),
     }
     if len(argv) != 1 or argv[0] not in commands:

