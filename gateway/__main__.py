@@ -28,7 +28,7 @@ def main() -> int:
         port=settings.port,
         workers=settings.workers,
         loop="uvloop",
-        http="httptools",
+        http="gateway.server:GuardedHttpToolsProtocol",  # slow-client guards
         lifespan="on",
         access_log=False,
         log_level="warning",

@@ -259,17 +259,27 @@ class GatewayApp:
     async def _read_body(self, receive: Receive) -> bytes:
         limit = self.settings.max_body_bytes
         chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise GatewayError(499, "The client closed the connection.")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise too_large(limit)
-            chunks.append(chunk)
-            if not message.get("more_body"):
-                return b"".join(chunks)
+        try:
+            # A client that trickles its body would otherwise hold the request open for ever.
+            async with asyncio.timeout(self.settings.body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        raise GatewayError(499, "The client closed the connection.")
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        raise too_large(limit)
+                    chunks.append(chunk)
+                    if not message.get("more_body"):
+                        return b"".join(chunks)
+        except TimeoutError:
+            raise GatewayError(
+                408,
+                f"The request body did not arrive within {self.settings.body_timeout_s:g} s "
+                "(GATEWAY_BODY_TIMEOUT_S).",
+                code="request_timeout",
+            ) from None
 
     def _soft_limit_route(self, snapshot: Snapshot, tenant: Tenant) -> Route | None:
         """The cheaper route a tenant past its soft limit is served on, or None to refuse.
@@ -472,6 +482,8 @@ class GatewayApp:
         tokens = call.prompt_estimate + call.allowance
         prefix = system_prefix(call.payload) if call.chat else None
         measure.OVERHEAD.observe(time.monotonic() - call.started)
+        # One first-token deadline for the request, retries included: connect, headers, event.
+        first_token_by = asyncio.get_running_loop().time() + self.settings.first_token_timeout_s
         # Retry once on another replica, and only while nothing was sent to the client.
         for _ in range(2):
             replica = choose_replica(
@@ -487,6 +499,7 @@ class GatewayApp:
                     replica.base_url.rstrip("/")
                     + ("/v1/chat/completions" if call.chat else "/v1/completions"),
                     body,
+                    first_token_by=first_token_by,
                 )
             except UpstreamFailed as exc:
                 self.load.remove(replica.id, tokens)
@@ -502,7 +515,7 @@ class GatewayApp:
                         client_streams=call.client_streams,
                         client_wants_usage=call.client_wants_usage,
                         public_model=call.route.name,
-                        first_token_timeout_s=self.settings.first_token_timeout_s,
+                        first_token_by=first_token_by,
                     )
                 finished = True
             except TimeoutError:

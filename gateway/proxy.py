@@ -90,6 +90,17 @@ class Progress:
             self.finish_reason = choice["finish_reason"]
 
 
+def first_token_timeout() -> GatewayError:
+    return GatewayError(
+        504,
+        "The model produced no token within the gateway's first-token deadline "
+        "(GATEWAY_FIRST_TOKEN_TIMEOUT_S, counted from the first attempt: connect, headers and the "
+        "first event).",
+        error_type="timeout",
+        code="first_token_timeout",
+    )
+
+
 SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
@@ -116,13 +127,20 @@ class Upstream:
         if self._session is not None:
             await self._session.close()
 
-    async def open(self, url: str, body: bytes) -> aiohttp.ClientResponse:
-        """Starts the call; UpstreamFailed when the replica is unreachable or answers 5xx."""
+    async def open(self, url: str, body: bytes, *, first_token_by: float) -> aiohttp.ClientResponse:
+        """Starts the call; UpstreamFailed when the replica is unreachable or answers 5xx.
+
+        `first_token_by` (event-loop time) is the request's first-token deadline: a replica that
+        accepts the connection and never sends its headers is given up on then, not never.
+        """
         try:
-            response = await self.session.post(
-                url, data=body, headers={"content-type": "application/json"}
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            async with asyncio.timeout_at(first_token_by):
+                response = await self.session.post(
+                    url, data=body, headers={"content-type": "application/json"}
+                )
+        except TimeoutError:
+            raise first_token_timeout() from None
+        except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamFailed(f"{type(exc).__name__}: {exc}") from exc
         if response.status >= 500:
             detail = (await response.read())[:200]
@@ -139,7 +157,7 @@ async def relay(
     client_streams: bool,
     client_wants_usage: bool,
     public_model: str,
-    first_token_timeout_s: float,
+    first_token_by: float,
 ) -> None:
     """Reads the replica's event stream to the end, passing events on when the client streams.
 
@@ -155,16 +173,12 @@ async def relay(
     while True:
         try:
             if progress.first_token_at is None:
-                chunk = await asyncio.wait_for(reader.readany(), first_token_timeout_s)
+                async with asyncio.timeout_at(first_token_by):
+                    chunk = await reader.readany()
             else:
                 chunk = await reader.readany()
         except TimeoutError:
-            raise GatewayError(
-                504,
-                f"The model produced no token within {first_token_timeout_s:g} s.",
-                error_type="timeout",
-                code="first_token_timeout",
-            ) from None
+            raise first_token_timeout() from None
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamCutOff(str(exc)) from exc
         if not chunk:

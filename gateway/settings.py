@@ -41,6 +41,9 @@ class Settings:
     drain_timeout_s: float
     snapshot_poll_s: float
     max_body_bytes: int
+    body_timeout_s: float
+    header_timeout_s: float
+    max_connections: int
     samples_stream: str
     samples_max_len: int
 
@@ -60,6 +63,11 @@ class Settings:
             drain_timeout_s=_float("GATEWAY_DRAIN_TIMEOUT_S", 30.0),
             snapshot_poll_s=_float("GATEWAY_SNAPSHOT_POLL_S", 5.0),
             max_body_bytes=_int("GATEWAY_MAX_BODY_BYTES", 4 * 1024 * 1024, 1024, 64 * 1024 * 1024),
+            # Slow clients (gateway.server, GatewayApp._read_body): headers and body must arrive
+            # within these, and one process holds at most this many sockets.
+            body_timeout_s=_float("GATEWAY_BODY_TIMEOUT_S", 30.0),
+            header_timeout_s=_float("GATEWAY_HEADER_TIMEOUT_S", 10.0),
+            max_connections=_int("GATEWAY_MAX_CONNECTIONS", 10_000, 1, 1_000_000),
             samples_stream=os.environ.get("GATEWAY_SAMPLES_STREAM") or "tollgate:samples",
             samples_max_len=_int("GATEWAY_SAMPLES_MAX_LEN", 1_000_000, 1000, 100_000_000),
         )

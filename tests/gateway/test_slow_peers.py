@@ -1,0 +1,134 @@
+"""Peers that never finish: a replica that accepts and never answers, clients that trickle or idle.
+
+Each would otherwise hold a request or a socket of the gateway for ever.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import orjson
+import pytest
+
+from tests.conftest import free_port
+from tests.gateway.conftest import (
+    ACME_KEY,
+    GatewayLauncher,
+    GatewayProcess,
+    chat_body,
+    make_snapshot,
+    publish,
+    wait_for_version,
+)
+from tests.gateway.test_limits import post
+from tests.simfleet.harness import Fleet
+
+
+@pytest.fixture
+def silent_replica() -> Iterator[str]:
+    """A TCP server that accepts connections, reads what it is sent, and never answers."""
+    server = socket.create_server(("127.0.0.1", free_port()))
+    held: list[socket.socket] = []
+    stopping = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stopping.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            held.append(connection)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stopping.set()
+    thread.join()
+    for connection in held:
+        connection.close()
+    server.close()
+
+
+def raw_connection(gateway: GatewayProcess) -> socket.socket:
+    parts = urlsplit(gateway.url)
+    return socket.create_connection((parts.hostname or "", parts.port or 80), timeout=10)
+
+
+def read_all(connection: socket.socket) -> bytes:
+    """What the gateway sends until it closes the connection."""
+    received = b""
+    while chunk := connection.recv(65536):
+        received += chunk
+    return received
+
+
+def test_a_replica_that_never_sends_its_headers_is_cut_at_the_first_token_deadline(
+    gateways: GatewayLauncher, silent_replica: str, redis_url: str
+) -> None:
+    gateway = gateways.start(redis_url=redis_url, GATEWAY_FIRST_TOKEN_TIMEOUT_S="0.5")
+    snapshot = make_snapshot([silent_replica])
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    started = time.monotonic()
+    status, body, _ = post(gateway, chat_body())
+    assert status == 504
+    assert body["error"]["code"] == "first_token_timeout"  # type: ignore[index]
+    assert time.monotonic() - started < 5
+
+
+def test_a_client_that_trickles_its_body_gets_a_408(
+    gateways: GatewayLauncher, fleet: Fleet, redis_url: str
+) -> None:
+    gateway = gateways.start(redis_url=redis_url, GATEWAY_BODY_TIMEOUT_S="0.5")
+    snapshot = make_snapshot(fleet.urls[:1])
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    body = orjson.dumps(chat_body())
+    with raw_connection(gateway) as connection:
+        connection.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\n"
+            + f"authorization: Bearer {ACME_KEY}\r\ncontent-type: application/json\r\n".encode()
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body[:10]
+        )
+        started = time.monotonic()
+        answer = b""
+        while b"}}" not in answer and (chunk := connection.recv(65536)):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert b"GATEWAY_BODY_TIMEOUT_S" in answer
+    assert time.monotonic() - started < 5
+
+
+def test_a_client_that_never_finishes_its_headers_is_answered_408_and_closed(
+    gateways: GatewayLauncher, redis_url: str
+) -> None:
+    gateway = gateways.start(redis_url=redis_url, GATEWAY_HEADER_TIMEOUT_S="0.5")
+    with raw_connection(gateway) as idle, raw_connection(gateway) as trickling:
+        trickling.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: gate")
+        assert read_all(trickling).startswith(b"HTTP/1.1 408 ")
+        assert read_all(idle).startswith(b"HTTP/1.1 408 ")  # never sent a byte
+
+
+def test_connections_past_the_cap_are_refused_and_the_gateway_serves_again_after(
+    gateways: GatewayLauncher, fleet: Fleet, redis_url: str
+) -> None:
+    gateway = gateways.start(redis_url=redis_url, GATEWAY_MAX_CONNECTIONS="5")
+    snapshot = make_snapshot(fleet.urls[:1])
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    idle = [raw_connection(gateway) for _ in range(5)]
+    time.sleep(0.2)  # let the gateway accept them all
+    with raw_connection(gateway) as sixth:
+        refused = read_all(sixth)
+    assert refused.startswith(b"HTTP/1.1 503 ")
+    assert b'"code":"busy"' in refused
+    for connection in idle:
+        connection.close()
+    time.sleep(0.2)
+    assert post(gateway, chat_body())[0] == 200
