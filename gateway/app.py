@@ -41,7 +41,7 @@ from gateway.routing import ReplicaLoad, choose_arm, choose_replica, match_rule
 from gateway.settings import Settings
 from gateway.snapshot import ApiKey, Arm, Deployment, Route, Snapshot, Tenant
 from gateway.store import SnapshotStore
-from gateway.tools import tool_outcome
+from gateway.tools import ToolChecker
 from gateway.wire import RedisWire
 
 logger = logging.getLogger("gateway")
@@ -100,6 +100,7 @@ class GatewayApp:
             self.redis, stream=settings.samples_stream, max_len=settings.samples_max_len
         )
         self.upstream = Upstream(connect_timeout_s=settings.connect_timeout_s)
+        self.tools = ToolChecker()
         self.load = ReplicaLoad()
         self.in_flight: defaultdict[str, int] = defaultdict(int)  # per deployment
 
@@ -148,6 +149,7 @@ class GatewayApp:
                 await self.store.stop()
                 await self.ledger.close()
                 await self.upstream.close()
+                await self.tools.close()
                 await self.redis.aclose()
                 await self.wire.close()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -254,7 +256,7 @@ class GatewayApp:
             with contextlib.suppress(OSError):
                 await send({"type": "http.response.body", "body": event})
         finally:
-            self._finish(call, progress)
+            await self._finish(call, progress)
 
     async def _read_body(self, receive: Receive) -> bytes:
         limit = self.settings.max_body_bytes
@@ -594,7 +596,22 @@ class GatewayApp:
         )
         self.ledger.record(None, sample)
 
-    def _finish(self, call: Call, progress: Progress) -> None:
+    async def _finish(self, call: Call, progress: Progress) -> None:
+        """Settles and records the request, whatever checking its tool calls does: a request
+        whose check fails or is cancelled is recorded with the tool outcome `unchecked`."""
+        tools = call.payload.get("tools")
+        outcome = None
+        if tools and progress.status == 200 and not progress.client_left:
+            outcome = "unchecked"
+            try:
+                calls = [c for _, c in sorted(progress.tool_calls.items())]
+                outcome = await self.tools.outcome(tools, calls)
+            finally:
+                self._record(call, progress, outcome)
+        else:
+            self._record(call, progress, outcome)
+
+    def _record(self, call: Call, progress: Progress, outcome: str | None) -> None:
         usage = progress.usage or {}
         client_left = progress.client_left
         reached = bool(call.replica_id) and progress.status not in (0, 502)
@@ -606,10 +623,6 @@ class GatewayApp:
         tpot = None
         if progress.first_token_at and progress.last_token_at and progress.token_events > 1:
             tpot = (progress.last_token_at - progress.first_token_at) / (progress.token_events - 1)
-        tools = call.payload.get("tools")
-        outcome = None
-        if tools and progress.status == 200 and not client_left:
-            outcome = tool_outcome(tools, [c for _, c in sorted(progress.tool_calls.items())])
         finish = "abort" if client_left else progress.finish_reason
         sample = measure.Sample(
             ts=call.arrival,

@@ -93,7 +93,7 @@ class Sample:
     ttft_ms: float | None
     tpot_ms: float | None
     e2e_ms: float
-    tool: str | None  # None (no tools), no_call, valid, invalid_json, invalid_schema
+    tool: str | None  # None (no tools), no_call, valid, invalid_json, invalid_schema, unchecked
     conc: int  # requests this gateway process had in flight to the deployment at start
     stream: bool
     cost: float  # dollars, from the deployment's unit cost

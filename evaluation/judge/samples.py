@@ -16,7 +16,8 @@ import numpy.typing as npt
 
 # The values the gateway writes; anything else is a bug upstream and is refused with its name.
 FINISH_VALUES = frozenset({"stop", "length", "tool_calls", "abort", "error", "rejected", ""})
-TOOL_VALUES = frozenset({"", "no_call", "valid", "invalid_json", "invalid_schema"})
+# `unchecked`: the gateway could not check the arguments against the tenant's schema.
+TOOL_VALUES = frozenset({"", "no_call", "valid", "invalid_json", "invalid_schema", "unchecked"})
 CLIENT_LEFT = 499
 
 
@@ -29,7 +30,8 @@ class ArmSamples:
     e2e_ms: npt.NDArray[np.float64]
     prompt_tokens: npt.NDArray[np.int64]
     output_tokens: npt.NDArray[np.int64]
-    tool: npt.NDArray[np.str_]  # "" (no tools), no_call, valid, invalid_json, invalid_schema
+    tool: npt.NDArray[np.str_]  # "" (no tools), no_call, valid, invalid_json, invalid_schema,
+    # unchecked
     concurrency: npt.NDArray[np.int64]  # in flight to that deployment at start (gateway process)
     cost: npt.NDArray[np.float64]  # dollars
     feedback_positive: int = 0  # user feedback counted for this arm (thumbs up, good outcome)

@@ -88,8 +88,9 @@ def rate_counts(arm: ArmSamples, signal: str, masks: ArmMasks | None = None) -> 
         event = arm.finish == "length"
     elif signal == "tool_success":
         # The gateway cannot tell whether a call was needed, only whether one was broken: a
-        # request with tools succeeds unless its call had invalid JSON or broke the schema.
-        eligible = not_rejected & (arm.tool != "")
+        # request with tools succeeds unless its call had invalid JSON or broke the schema. A
+        # call the gateway could not check (a hostile or oversized schema) is neither.
+        eligible = not_rejected & (arm.tool != "") & (arm.tool != "unchecked")
         event = (arm.tool == "valid") | (arm.tool == "no_call")
     else:
         raise ValueError(f"unknown rate {signal!r}")
