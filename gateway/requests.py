@@ -78,6 +78,14 @@ def validate(payload: dict[str, Any], *, chat: bool) -> None:
                 "'prompt' must be a string, a list of strings or a list of token ids.",
                 param="prompt",
             )
+        if isinstance(prompt, list) and len(prompt) > 1 and isinstance(prompt[0], str):
+            # The replica would answer one choice per prompt, each with the whole max_tokens:
+            # one reservation cannot cover them, and one measured answer cannot describe them.
+            raise bad_request(
+                f"'prompt' holds {len(prompt)} prompts; send one prompt per request (like n=1).",
+                param="prompt",
+                code="multiple_prompts",
+            )
     for name in ("max_tokens", "max_completion_tokens"):
         _positive_int(payload, name)
     n = payload.get("n")

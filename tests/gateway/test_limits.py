@@ -29,14 +29,17 @@ from tests.simfleet.harness import Fleet, FleetLauncher, model, request
 
 
 def post(
-    gateway: GatewayProcess, body: dict[str, object], key: str = ACME_KEY
+    gateway: GatewayProcess,
+    body: dict[str, object],
+    key: str = ACME_KEY,
+    path: str = "/v1/chat/completions",
 ) -> tuple[int, dict[str, object], dict[str, str]]:
     parts = urlsplit(gateway.url)
     connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=20)
     try:
         connection.request(
             "POST",
-            "/v1/chat/completions",
+            path,
             body=orjson.dumps(body),
             headers={"content-type": "application/json", **auth(key)},
         )
@@ -257,3 +260,23 @@ def test_a_tenant_past_its_soft_limit_is_refused_or_sent_to_the_cheaper_route(
         ("acme", "cheap", None),
         ("globex", ROUTE, "soft_limit"),
     ]
+
+
+def test_a_completion_with_several_prompts_is_refused_and_a_list_of_one_is_served(
+    gateways: GatewayLauncher, fleet: Fleet, redis_url: str
+) -> None:
+    # The replica would answer one choice per prompt, each up to max_tokens: more than the one
+    # reservation admitted, and more than one answer to measure.
+    gateway = gateways.start(redis_url=redis_url)
+    snapshot = make_snapshot(fleet.urls[:1], acme_budget=Budget(output_tokens_per_minute=10))
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    several = {"model": ROUTE, "prompt": ["one", "two", "three"], "max_tokens": 6}
+    status, body, _ = post(gateway, several, path="/v1/completions")
+    assert status == 400
+    assert body["error"]["code"] == "multiple_prompts"  # type: ignore[index]
+    assert body["error"]["param"] == "prompt"  # type: ignore[index]
+    one = {"model": ROUTE, "prompt": ["one"], "max_tokens": 6}
+    status, body, _ = post(gateway, one, path="/v1/completions")
+    assert status == 200
+    assert len(body["choices"]) == 1  # type: ignore[arg-type]
