@@ -4,10 +4,18 @@ Publication is compare-and-set on the version: the version is drawn from a Redis
 the rows are read, so of two concurrent publications the one that read later also carries the
 higher version, and a stale one can never overwrite a newer one. Publishing is idempotent and
 also runs on a schedule, so a lost announcement is repaired within one period.
+
+Versions are ordered within an epoch, which lives beside the counter and names the Redis run that
+made it. A Redis that lost its data (no persistence) counts from 1 again, and one restarted from
+an older save counts again from that save: either way a new epoch begins with the first version
+drawn from it, gateways take its snapshots as new, and a publication drawn in the old epoch is
+refused. A beat task (every 2 s) publishes at once when Redis holds no snapshot of its run.
 """
 
 from __future__ import annotations
 
+import logging
+import secrets
 from collections import defaultdict
 
 from django.utils import timezone
@@ -19,10 +27,29 @@ from rollouts.choices import LIVE_STATES, DeploymentState, ReplicaState
 from rollouts.models import Deployment, Rollout, Route, RouteRule, control_weight
 from tenants.models import ApiKey, Budget, Tenant
 
+logger = logging.getLogger(__name__)
+
 VERSION_KEY = "tollgate:gateway:snapshot:version"
 PUBLISHED_VERSION_KEY = "tollgate:gateway:snapshot:published-version"
+# Holds the run id of the Redis server that began the epoch, a colon and a random id.
+EPOCH_KEY = "tollgate:gateway:snapshot:epoch"
 
+# Redis's run id changes at every start, so a restarted server (data lost, or reloaded from a save
+# older than its last versions) begins a new epoch; the random part tells apart two epochs of one
+# run (a FLUSHALL). One script, so that the epoch and the version are drawn together.
+NEXT_VERSION = """
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+local epoch = redis.call('GET', KEYS[1])
+if not epoch or string.sub(epoch, 1, #run + 1) ~= run .. ':' then
+  epoch = run .. ':' .. ARGV[1]
+  redis.call('SET', KEYS[1], epoch)
+end
+return {epoch, redis.call('INCR', KEYS[2])}
+"""
+
+# KEYS: 1 snapshot  2 published version  3 epoch.  ARGV: 1 version  2 JSON  3 channel  4 epoch
 PUBLISH_IF_NEWER = """
+if redis.call('GET', KEYS[3]) ~= ARGV[4] then return 0 end
 if tonumber(ARGV[1]) <= tonumber(redis.call('GET', KEYS[2]) or '0') then return 0 end
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('SET', KEYS[2], ARGV[1])
@@ -53,7 +80,7 @@ def _budget(budget: Budget | None, route_names: set[str]) -> schema.Budget:
     )
 
 
-def build_snapshot(version: int) -> schema.Snapshot:
+def build_snapshot(version: int, *, epoch: str = "") -> schema.Snapshot:
     route_names = set(Route.objects.values_list("name", flat=True))
     tenants = {
         str(t.pk): schema.Tenant(
@@ -114,6 +141,7 @@ def build_snapshot(version: int) -> schema.Snapshot:
         )
     return schema.Snapshot(
         version=version,
+        epoch=epoch,
         generated_at=timezone.now(),
         tenants=tenants,
         keys=keys,
@@ -179,15 +207,33 @@ def _arm(
 def publish_snapshot() -> int | None:
     """Publishes the current configuration; returns its version, or None if a newer one won."""
     client = get_redis()
-    version = int(client.incr(VERSION_KEY))
-    snapshot = build_snapshot(version)
+    epoch, version = client.eval(NEXT_VERSION, 2, EPOCH_KEY, VERSION_KEY, secrets.token_hex(8))
+    snapshot = build_snapshot(int(version), epoch=str(epoch))
     published = client.eval(
         PUBLISH_IF_NEWER,
-        2,
+        3,
         schema.SNAPSHOT_KEY,
         PUBLISHED_VERSION_KEY,
-        version,
+        EPOCH_KEY,
+        snapshot.version,
         snapshot.model_dump_json(),
         schema.CHANGED_CHANNEL,
+        snapshot.epoch,
     )
-    return version if int(published) == 1 else None
+    return snapshot.version if int(published) == 1 else None
+
+
+def publish_snapshot_if_lost() -> int | None:
+    """Publishes when Redis holds no snapshot of its current run (it restarted without its data,
+    or from an older save); returns the version published, or None. Three reads when nothing was
+    lost, so a beat task can afford to ask every 2 s."""
+    client = get_redis()
+    pipe = client.pipeline(transaction=False)
+    pipe.info("server")
+    pipe.get(EPOCH_KEY)
+    pipe.exists(schema.SNAPSHOT_KEY)
+    info, epoch, present = pipe.execute()
+    if present and epoch and str(epoch).startswith(f"{info['run_id']}:"):
+        return None
+    logger.warning("Redis holds no gateway snapshot of its current run: publishing one")
+    return publish_snapshot()

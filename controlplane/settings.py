@@ -205,6 +205,10 @@ CELERY_BEAT_SCHEDULE = {
     "workers-heartbeat": {"task": "system.heartbeat", "schedule": 10.0},
     # A safety net: changes publish at once after commit; this repairs a lost announcement.
     "gateway-publish": {"task": "gateway.publish", "schedule": 30.0},
+    # A Redis that restarted without its data (or from an older save) gets a snapshot, and its
+    # budget counters back from the usage rows, within a tick; each check is a few reads.
+    "gateway-republish-if-lost": {"task": "gateway.republish_if_lost", "schedule": 2.0},
+    "tenants-rebuild-budget-counters": {"task": "tenants.rebuild_budget_counters", "schedule": 2.0},
     "evaluation-consume-samples": {"task": "evaluation.consume_samples", "schedule": 1.0},
     "evaluation-prune-samples": {"task": "evaluation.prune_samples", "schedule": 3600.0},
     "evaluation-observe-costs": {"task": "evaluation.observe_costs", "schedule": 60.0},

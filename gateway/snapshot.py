@@ -178,6 +178,10 @@ class Route(Frozen):
 
 class Snapshot(Frozen):
     version: Annotated[int, Field(ge=1)]
+    # Versions are ordered only within an epoch. The epoch changes when the Redis that counts
+    # versions lost its data or restarted (its counter may then start again below the versions
+    # gateways hold), and a gateway takes a snapshot of another epoch as new whatever its version.
+    epoch: str = ""
     generated_at: dt.datetime
     tenants: dict[str, Tenant] = Field(default_factory=dict)
     # Key hash (sha256 hex of the secret) -> key.

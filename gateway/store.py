@@ -1,7 +1,9 @@
 """The gateway's copy of the configuration snapshot, kept current from Redis.
 
 A new snapshot is announced on pub/sub and applied at once; polling catches announcements missed
-while disconnected. A snapshot that fails validation, or is older than the one in use, is ignored.
+while disconnected. A snapshot that fails validation, or is older than the one in use, is ignored;
+"older" means a lower version of the same epoch: after Redis lost its data the control plane counts
+versions again from 1 in a new epoch, and those snapshots are newer than anything held.
 A poll that finds the bytes it saw last time stops there: validating a snapshot with thousands of
 keys takes milliseconds, and the event loop that serves requests would stall for it every poll.
 When Redis is unreachable the last good snapshot stays in force: routing goes on, and budgets
@@ -49,10 +51,15 @@ class SnapshotStore:
         except ValidationError as exc:
             logger.error("ignoring an invalid snapshot: %s", exc.errors()[:3])
             return False
-        if self.current is not None and snapshot.version <= self.current.version:
+        current = self.current
+        if (
+            current is not None
+            and snapshot.epoch == current.epoch
+            and snapshot.version <= current.version
+        ):
             return False
         self.current = snapshot  # one assignment: requests see the old or the new, never a mix
-        logger.info("applied snapshot version %s", snapshot.version)
+        logger.info("applied snapshot version %s (epoch %s)", snapshot.version, snapshot.epoch)
         return True
 
     def start(self) -> None:

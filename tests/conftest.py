@@ -120,6 +120,48 @@ def redis_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]
     process.wait()
 
 
+class RedisServer:
+    """A Redis server of a test's own that can be restarted on its port, without persistence:
+    it comes back empty, as a Redis without RDB or AOF does after a crash or a reboot."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [
+                *("redis-server", "--port", str(self.port), "--bind", "127.0.0.1"),
+                *("--save", "", "--appendonly", "no", "--dir", str(self.home)),
+            ],
+            stdout=subprocess.DEVNULL,
+        )
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        wait_for(lambda: _pings(client))
+        client.close()
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def restart(self, *, down_s: float = 0.0) -> None:
+        self.kill()
+        time.sleep(down_s)
+        self.start()
+
+
+@pytest.fixture
+def restartable_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path)
+    server.start()
+    yield server
+    server.kill()
+
+
 def _pings(client: redis.Redis) -> bool:
     try:
         return bool(client.ping())

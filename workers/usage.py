@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from tenants import usage
+from tenants.budget_counters import budget_counters_rebuild_if_lost
 from tenants.soft_limits import soft_limits_check
 
 
@@ -24,3 +25,9 @@ def compact_usage() -> None:
 def check_soft_limits() -> None:
     """Flags tenants past their soft limit; publishes to the gateway only when a flag changed."""
     soft_limits_check()
+
+
+@shared_task(name="tenants.rebuild_budget_counters", time_limit=60, soft_time_limit=50)
+def rebuild_budget_counters() -> None:
+    """Every 2 s: after a Redis restart, the day and month counters are raised from the rows."""
+    budget_counters_rebuild_if_lost()

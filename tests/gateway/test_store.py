@@ -67,3 +67,28 @@ async def test_an_invalid_or_older_snapshot_keeps_the_one_in_force(
     publish(redis_url, current.model_copy(update={"version": current.version + 1}))
     assert await store.refresh() is True
     assert store.current.version == current.version + 1
+
+
+async def test_a_snapshot_of_another_epoch_applies_whatever_its_version(
+    redis_url: str, client: redis.Redis
+) -> None:
+    store = SnapshotStore(client, poll_s=1.0)
+    held = make_snapshot([UPSTREAM]).model_copy(update={"epoch": "run-a:1"})
+    publish(redis_url, held)
+    assert await store.refresh() is True
+
+    # Redis lost its data: the control plane counts from 1 again, in a new epoch.
+    restarted = make_snapshot([UPSTREAM, UPSTREAM]).model_copy(
+        update={"epoch": "run-b:2", "version": 1}
+    )
+    publish(redis_url, restarted)
+    assert await store.refresh() is True
+    assert store.current is not None
+    assert (store.current.epoch, store.current.version) == ("run-b:2", 1)
+
+    # Within the new epoch, versions are ordered as before.
+    await client.set(SNAPSHOT_KEY, held.model_copy(update={"epoch": "run-b:2"}).model_dump_json())
+    assert await store.refresh() is True
+    stale = restarted.model_copy(update={"version": 2})
+    await client.set(SNAPSHOT_KEY, stale.model_dump_json())
+    assert await store.refresh() is False
