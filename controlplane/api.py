@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -18,4 +20,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, DjangoValidationError):
         detail: Any = exc.message_dict if hasattr(exc, "error_dict") else exc.messages
         return Response({"detail": detail}, status=400)
+    if isinstance(exc, RequestDataTooBig):
+        # Django's own answer would be an HTML 400 page with no reason given.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response({"detail": f"the request body is larger than {limit} bytes"}, status=413)
     return drf_exception_handler(exc, context)

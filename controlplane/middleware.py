@@ -1,12 +1,14 @@
-"""Request id propagation and request metrics for every HTTP request to the control plane."""
+"""Request id propagation, request metrics and input guards for every HTTP request to the
+control plane."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Callable
+from urllib.parse import unquote_plus
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from controlplane import metrics
 from controlplane.logging import clean_request_id, request_id_var
@@ -72,3 +74,25 @@ class RequestMetricsMiddleware:
             },
         )
         return response
+
+
+class RejectNulMiddleware:
+    """A NUL character in the path or the query string is a 400 for every view, page or API.
+
+    Postgres stores and compares no NUL in text, so one that reached a lookup or a search
+    (`?search=a%00b`, a route name in the path) would be a 500 from the database driver; no view
+    has a use for one. Bodies are checked by the API's parsers (controlplane/parsers.py) and by
+    the form fields, which refuse NUL characters already.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        query = unquote_plus(request.META.get("QUERY_STRING", ""))
+        if "\x00" in request.path or "\x00" in query:
+            return JsonResponse(
+                {"detail": "the path or query string holds a NUL character (%00); remove it"},
+                status=400,
+            )
+        return self.get_response(request)

@@ -75,6 +75,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "controlplane.middleware.RequestIdMiddleware",
     "controlplane.middleware.RequestMetricsMiddleware",
+    "controlplane.middleware.RejectNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -164,6 +165,12 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": [
         "rest_framework.permissions.IsAuthenticated",
         "tenants.permissions.TokenHasScopes",
+    ],
+    # DRF's own, bounded in size and depth and refusing NUL characters (controlplane/parsers.py).
+    "DEFAULT_PARSER_CLASSES": [
+        "controlplane.parsers.JSONParser",
+        "controlplane.parsers.FormParser",
+        "controlplane.parsers.MultiPartParser",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",

@@ -9,13 +9,13 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ParseError
 from rest_framework.generics import ListAPIView
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.errors import DomainError, NotFound
+from controlplane.parsers import JSONParser
 from registry import selectors, services
 from registry.api import serializers as s
 from registry.choices import EvalSource, Relation
