@@ -423,10 +423,21 @@ class GatewayApp:
                 deadline_s=self.settings.total_timeout_s + 60,
             )
         except (redis.RedisError, OSError) as exc:
+            # The reply may be lost after Redis ran the script (a timeout): the request may hold
+            # a reservation. Settling it anyway, with what the request uses (nothing, when it is
+            # refused), frees it if it exists and charges the usage once either way.
+            unconfirmed = self.budgets.unconfirmed(
+                tenant_id=call.tenant.id,
+                budget=call.tenant.budget,
+                request_id=call.request_id,
+                prompt_tokens=call.prompt_estimate,
+                output_allowance=call.allowance,
+            )
             if call.tenant.fail_mode == "open":
                 logger.warning("budget store away (%r): %s fails open", exc, call.tenant.slug)
+                call.reservation = unconfirmed
                 return
-            self._record_rejection(call, 503, "budget_store")
+            self._record_rejection(call, 503, "budget_store", Settlement(unconfirmed, 0, 0))
             raise GatewayError(
                 503,
                 "Budgets cannot be checked right now and this tenant fails closed. Retry shortly.",
@@ -567,7 +578,9 @@ class GatewayApp:
 
     # --- after the response -------------------------------------------------------------------
 
-    def _record_rejection(self, call: Call, status: int, reason: str) -> None:
+    def _record_rejection(
+        self, call: Call, status: int, reason: str, settlement: Settlement | None = None
+    ) -> None:
         """Counts a refusal and records it on the samples stream, so that usage accounting and
         the judge see rejections by reason and by arm."""
         measure.REJECTIONS.labels(call.route.name, call.tenant.slug, reason).inc()
@@ -594,7 +607,7 @@ class GatewayApp:
             cost=0.0,
             reason=reason,
         )
-        self.ledger.record(None, sample)
+        self.ledger.record(settlement, sample)
 
     async def _finish(self, call: Call, progress: Progress) -> None:
         """Settles and records the request, whatever checking its tool calls does: a request

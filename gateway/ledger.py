@@ -5,15 +5,19 @@ are queued here and one writer task sends whatever has queued up as a single pip
 light load that is one request at a time, written at once; under heavy load hundreds share one
 network write, which is what keeps the gateway's CPU per request flat as traffic grows.
 
-If Redis is away, a batch is dropped with a warning: an unsettled reservation expires and is
-refunded by a later admission, and a lost sample only thins the statistics. The queue is bounded
-so that an outage cannot grow the process without limit.
+If Redis is away, a batch's settlements are retried with backoff (settling is idempotent, keyed
+by the request id, so a retry after a lost reply charges once): a Redis hiccup must not hold a
+tenant's concurrency slot and tokens until the reservation's deadline. Its samples are dropped
+with a warning (appending one again could count it twice; a lost sample only thins the
+statistics). The queue is bounded so that an outage cannot grow the process without limit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import random
 from collections import deque
 from dataclasses import asdict, dataclass
 
@@ -28,6 +32,11 @@ logger = logging.getLogger(__name__)
 
 MAX_BATCH = 500
 MAX_QUEUED = 100_000
+# Retries of a settlement: backoff from 0.2 s doubling to 30 s, about 5 minutes in all; past
+# that the reservation's own deadline refunds it.
+MAX_ATTEMPTS = 14
+
+Entry = tuple["Settlement | None", Sample | None]
 
 
 @dataclass(frozen=True)
@@ -35,6 +44,7 @@ class Settlement:
     reservation: Reservation
     prompt_tokens: int
     output_tokens: int
+    attempt: int = 0
 
 
 class Ledger:
@@ -43,17 +53,30 @@ class Ledger:
         self._stream = stream
         self._max_len = max_len
         self._settle_sha = client.register_script(SETTLE).sha
-        self._queue: deque[tuple[Settlement | None, Sample]] = deque()
+        self._queue: deque[Entry] = deque()
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
         self._closing = False
 
-    def record(self, settlement: Settlement | None, sample: Sample) -> None:
+    def record(self, settlement: Settlement | None, sample: Sample | None) -> None:
         if len(self._queue) >= MAX_QUEUED:
-            logger.warning("the ledger queue is full: request %s goes unrecorded", sample.rid)
+            rid = sample.rid if sample else settlement.reservation.request_id if settlement else ""
+            logger.warning("the ledger queue is full: request %s goes unrecorded", rid)
             return
         self._queue.append((settlement, sample))
         self._wake.set()
+
+    def _retry(self, settlements: list[Settlement]) -> None:
+        for settlement in settlements:
+            if settlement.attempt >= MAX_ATTEMPTS:
+                logger.warning(
+                    "gave up settling request %s; its reservation's deadline will refund it",
+                    settlement.reservation.request_id,
+                )
+                continue
+            delay = min(30.0, 0.2 * 2**settlement.attempt) * random.uniform(0.8, 1.2)  # noqa: S311
+            again = dataclasses.replace(settlement, attempt=settlement.attempt + 1)
+            asyncio.get_running_loop().call_later(delay, self.record, again, None)
 
     def start(self) -> None:
         self._writer = asyncio.get_running_loop().create_task(self._write_forever())
@@ -78,43 +101,47 @@ class Ledger:
             if self._closing:
                 return
 
-    async def _write(self, batch: list[tuple[Settlement | None, Sample]]) -> None:
+    async def _write(self, batch: list[Entry]) -> None:
+        settlements = [settlement for settlement, _ in batch if settlement is not None]
         try:
-            missing = await self._send(batch)
+            missing, failed = await self._send(batch)
             if missing:
                 # Redis restarted and forgot the script: load it and settle those again.
                 await self._client.script_load(SETTLE)
-                await self._send(missing, samples=False)
+                missing, failed_again = await self._send([(s, None) for s in missing])
+                failed += failed_again + missing
+            self._retry(failed)
         except (RedisError, OSError) as exc:
             logger.warning("could not write %d finished requests: %s", len(batch), exc)
+            self._retry(settlements)
 
-    async def _send(
-        self, batch: list[tuple[Settlement | None, Sample]], *, samples: bool = True
-    ) -> list[tuple[Settlement | None, Sample]]:
-        """One pipeline for the batch; returns the entries whose settlement met NOSCRIPT."""
+    async def _send(self, batch: list[Entry]) -> tuple[list[Settlement], list[Settlement]]:
+        """One pipeline for the batch; returns the settlements that met NOSCRIPT and those that
+        failed otherwise."""
         pipe = self._client.pipeline(transaction=False)
-        settling: list[tuple[Settlement | None, Sample] | None] = []  # per command: whose
-        for entry in batch:
-            settlement, sample = entry
+        settling: list[Settlement | None] = []  # per command: whose settlement, if any
+        for settlement, sample in batch:
             if settlement is not None:
                 keys, args = settle_args(
                     settlement.reservation, settlement.prompt_tokens, settlement.output_tokens
                 )
                 pipe.evalsha(self._settle_sha, len(keys), *keys, *args)
-                settling.append(entry)
-            if samples:
+                settling.append(settlement)
+            if sample is not None:
                 record = orjson.dumps(asdict(sample))
                 pipe.xadd(self._stream, {"r": record}, maxlen=self._max_len, approximate=True)
                 settling.append(None)
         replies = await pipe.execute(raise_on_error=False)
-        missing: list[tuple[Settlement | None, Sample]] = []
-        failed = 0
+        missing: list[Settlement] = []
+        failed: list[Settlement] = []
+        errors = 0
         for owner, reply in zip(settling, replies, strict=True):
-            if owner is not None and isinstance(reply, NoScriptError):
-                missing.append(owner)
-            elif isinstance(reply, Exception):
-                failed += 1
-        if failed:
-            first = next(reply for reply in replies if isinstance(reply, Exception))
-            logger.warning("%d of %d ledger writes failed, first: %s", failed, len(replies), first)
-        return missing
+            if not isinstance(reply, Exception):
+                continue
+            errors += 1
+            if owner is not None:
+                (missing if isinstance(reply, NoScriptError) else failed).append(owner)
+        if errors > len(missing):
+            first = next(r for r in replies if isinstance(r, Exception))
+            logger.warning("%d of %d ledger writes failed, first: %s", errors, len(replies), first)
+        return missing, failed

@@ -4,7 +4,8 @@ The gateway admits requests against counters in Redis (gateway/budgets.py); the 
 are the only up-to-the-second picture of this minute, today and this month, so the dashboard
 reads them rather than the rollups, which lag by a consumer tick. They count what admission
 *reserved*: a request in flight holds its whole output allowance until it settles.
-The key names must stay those of gateway/budgets.py `_keys` (a test holds them together).
+The key names come from gateway/budget_keys.py. Per-minute limits are GCRA limiters: their
+"used" is how much of the minute's allowance they hold ahead of now.
 """
 
 from __future__ import annotations
@@ -16,21 +17,20 @@ from dataclasses import dataclass
 import redis
 
 from controlplane.redis import get_redis
+from gateway import budget_keys as keys
 from tenants.models import Budget, Tenant
 
 logger = logging.getLogger(__name__)
 
 
 def budget_keys(tenant_id: int, now: dt.datetime) -> dict[str, str]:
-    minute = int(now.timestamp() // 60)
-    prefix = f"tollgate:budget:{{{tenant_id}}}"
+    """The gateway's counter of each limit (gateway/budget_keys.py names them)."""
+    tenant = str(tenant_id)
     return {
-        "requests_per_minute": f"{prefix}:rpm:{minute}",
-        "input_tokens_per_minute": f"{prefix}:itpm:{minute}",
-        "output_tokens_per_minute": f"{prefix}:otpm:{minute}",
-        "tokens_per_day": f"{prefix}:day:{now:%Y%m%d}",
-        "tokens_per_month": f"{prefix}:month:{now:%Y%m}",
-        "max_concurrent_requests": f"{prefix}:inflight",
+        **{name: keys.limiter_key(tenant, name) for name in keys.PER_MINUTE},
+        "tokens_per_day": keys.day_key(tenant, now),
+        "tokens_per_month": keys.month_key(tenant, now),
+        "max_concurrent_requests": f"{keys.tenant_prefix(tenant)}:inflight",
     }
 
 
@@ -67,20 +67,31 @@ class Gauge:
         return "warn" if percent < 95 else "full"
 
 
-def current_usage(tenant_id: int, now: dt.datetime | None = None) -> dict[str, int]:
-    """Raises redis.RedisError when the budget store is unreachable."""
+def current_usage(
+    tenant_id: int, now: dt.datetime | None = None, *, budget: Budget | None = None
+) -> dict[str, int]:
+    """Raises redis.RedisError when the budget store is unreachable. The per-minute figures need
+    the `budget` (a limiter holds time, which its limit turns into units); without it they are 0.
+    """
     now = now or dt.datetime.now(dt.UTC)
-    keys = budget_keys(tenant_id, now)
+    names = budget_keys(tenant_id, now)
     client = get_redis()
     pipe = client.pipeline(transaction=False)
-    counters = [name for name in keys if name != "max_concurrent_requests"]
+    counters = [name for name in names if name != "max_concurrent_requests"]
     for name in counters:
-        pipe.get(keys[name])
+        pipe.get(names[name])
     # Reservations past their deadline (a gateway died) are still members until the next
     # admission refunds them: count only the live ones.
-    pipe.zcount(keys["max_concurrent_requests"], int(now.timestamp() * 1000), "+inf")
-    *values, in_flight = pipe.execute()
-    used = {name: max(0, int(value or 0)) for name, value in zip(counters, values, strict=True)}
+    pipe.zcount(names["max_concurrent_requests"], int(now.timestamp() * 1000), "+inf")
+    pipe.time()  # the limiters' clock is Redis's
+    *values, in_flight, (seconds, micros) = pipe.execute()
+    now_ms = seconds * 1000 + micros / 1000
+    raw = dict(zip(counters, values, strict=True))
+    used = {name: max(0, int(raw[name] or 0)) for name in ("tokens_per_day", "tokens_per_month")}
+    for name in keys.PER_MINUTE:
+        limit = getattr(budget, name, None) if budget is not None else None
+        tat = float(raw[name]) if raw[name] is not None else None
+        used[name] = keys.limiter_usage(tat, now_ms, limit or 0)
     used["max_concurrent_requests"] = int(in_flight)
     return used
 
@@ -88,7 +99,7 @@ def current_usage(tenant_id: int, now: dt.datetime | None = None) -> dict[str, i
 def gauges(tenant: Tenant, budget: Budget) -> list[Gauge] | None:
     """None when the budget store cannot be read (the page says so instead of failing)."""
     try:
-        used = current_usage(tenant.pk)
+        used = current_usage(tenant.pk, budget=budget)
     except (redis.RedisError, OSError) as exc:
         logger.warning("budget counters of %s unreadable: %s", tenant.slug, exc)
         return None

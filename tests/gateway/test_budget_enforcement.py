@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
+import time
 
 import aiohttp
 import redis
@@ -52,10 +54,16 @@ def test_500_concurrent_requests_over_two_gateways_admit_exactly_100(
     wait_for_version(first, snapshot.version)
     wait_for_version(second, snapshot.version)
 
+    started = time.monotonic()
     statuses = asyncio.run(fire([first.url, second.url], 500, chat_body()))
+    elapsed = time.monotonic() - started
 
-    assert statuses.count(200) == 100, sorted(set(statuses))
-    assert statuses.count(429) == 400, {s: statuses.count(s) for s in set(statuses)}
+    # The minute's 100 at once, and the limiter's refill (100 a minute) while the burst lasted.
+    refill = math.ceil(elapsed * 100 / 60)
+    assert 100 <= statuses.count(200) <= 100 + refill, (sorted(set(statuses)), elapsed)
+    assert statuses.count(200) + statuses.count(429) == 500, {
+        s: statuses.count(s) for s in statuses
+    }
 
 
 def test_tokens_are_settled_to_what_the_replica_reports(

@@ -7,6 +7,7 @@ import datetime as dt
 import os
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as redis
@@ -65,7 +66,8 @@ async def test_concurrent_admissions_never_exceed_the_request_limit(client: redi
     refused = [r for r in results if isinstance(r, Refusal)]
     assert len(admitted) == 100
     assert {r.limit for r in refused} == {"requests_per_minute"}
-    assert {r.retry_after_s for r in refused} == {30}
+    # The next request fits 0.6 s later (a limiter of 100 a minute), not at the next minute.
+    assert {r.retry_after_s for r in refused} == {1}
 
 
 async def test_the_output_allowance_is_reserved_then_refunded_to_actual_usage(
@@ -131,3 +133,74 @@ async def test_settling_after_expiry_charges_what_was_used(budgets: Budgets) -> 
 async def test_unlimited_budgets_admit_everything(budgets: Budgets) -> None:
     results = [await admit(budgets, Budget(), prompt=10**6, allowance=10**6) for _ in range(5)]
     assert all(isinstance(r, Reservation) for r in results)
+
+
+async def test_a_minute_boundary_does_not_let_twice_the_limit_through(budgets: Budgets) -> None:
+    budget = Budget(requests_per_minute=100)
+    end_of_minute = NOW.replace(second=59, microsecond=500_000)
+    first = [await admit(budgets, budget, now=end_of_minute) for _ in range(150)]
+    assert sum(isinstance(r, Reservation) for r in first) == 100
+    # One second later, in the next minute: a fixed window would admit another 100 here.
+    next_minute = end_of_minute + dt.timedelta(seconds=1)
+    second = [await admit(budgets, budget, now=next_minute) for _ in range(150)]
+    assert sum(isinstance(r, Reservation) for r in second) == 1  # 100 a minute: one per 0.6 s
+    refusals = [r for r in second if isinstance(r, Refusal)]
+    assert {r.retry_after_s for r in refusals} == {1}  # not "come back at :00"
+
+
+async def test_retry_after_is_when_capacity_for_this_request_is_back(budgets: Budgets) -> None:
+    budget = Budget(output_tokens_per_minute=600)  # 10 tokens a second
+    assert isinstance(await admit(budgets, budget, allowance=600), Reservation)
+    refused = await admit(budgets, budget, allowance=60)
+    assert isinstance(refused, Refusal)
+    assert refused.retry_after_s == 6
+    later = NOW + dt.timedelta(seconds=6)
+    assert isinstance(await admit(budgets, budget, allowance=60, now=later), Reservation)
+
+
+def day_tokens(client: redis.Redis) -> Any:
+    return client.get(f"tollgate:budget:{{t1}}:day:{NOW:%Y%m%d}")
+
+
+async def test_settling_twice_charges_once(budgets: Budgets, client: redis.Redis) -> None:
+    reservation = await admit(budgets, Budget(tokens_per_day=1000), prompt=10, allowance=50)
+    assert isinstance(reservation, Reservation)
+    assert await budgets.settle(reservation, prompt_tokens=10, output_tokens=20) == 1
+    assert await budgets.settle(reservation, prompt_tokens=10, output_tokens=20) == 0
+    assert int(await day_tokens(client)) == 30
+
+
+async def test_an_admission_whose_reply_was_lost_is_released_by_settling_it(
+    budgets: Budgets, client: redis.Redis
+) -> None:
+    budget = Budget(tokens_per_day=1000, max_concurrent_requests=1)
+    held = await admit(budgets, budget, prompt=10, allowance=50)  # Redis ran it; the reply is lost
+    assert isinstance(held, Reservation)
+    lost = budgets.unconfirmed(
+        tenant_id="t1",
+        budget=budget,
+        request_id=held.request_id,
+        prompt_tokens=10,
+        output_allowance=50,
+        now=NOW,
+    )
+    await budgets.settle(lost, prompt_tokens=0, output_tokens=0)  # the request was refused
+    assert int(await day_tokens(client)) == 0
+    assert isinstance(await admit(budgets, budget), Reservation)  # the slot is free
+
+
+async def test_a_request_that_held_no_reservation_is_charged_once_for_what_it_used(
+    budgets: Budgets, client: redis.Redis
+) -> None:
+    # Its admission never ran (the budget store was away and the tenant fails open).
+    never = budgets.unconfirmed(
+        tenant_id="t1",
+        budget=Budget(tokens_per_day=1000),
+        request_id=uuid.uuid4().hex,
+        prompt_tokens=10,
+        output_allowance=50,
+        now=NOW,
+    )
+    assert await budgets.settle(never, prompt_tokens=10, output_tokens=5) == 2
+    assert await budgets.settle(never, prompt_tokens=10, output_tokens=5) == 0
+    assert int(await day_tokens(client)) == 15

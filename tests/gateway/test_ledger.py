@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
+import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -11,6 +15,7 @@ import orjson
 import pytest
 import redis.asyncio as redis
 
+from gateway.budget_keys import limiter_usage
 from gateway.budgets import Budgets, Reservation
 from gateway.ledger import Ledger, Settlement
 from gateway.measure import Sample
@@ -48,6 +53,12 @@ async def reserve(client: redis.Redis, count: int) -> list[Reservation]:
     return reservations  # type: ignore[return-value]
 
 
+async def output_in_use(client: redis.Redis, reservation: Reservation, limit: int) -> int:
+    """What the output-tokens-per-minute limiter holds, at the tests' clock."""
+    tat = await client.get(reservation.keys[2])
+    return limiter_usage(float(tat) if tat else None, NOW.timestamp() * 1000, limit)
+
+
 async def test_a_burst_is_settled_and_recorded_in_full_then_the_writer_stops(
     client: redis.Redis,
 ) -> None:
@@ -66,7 +77,8 @@ async def test_a_burst_is_settled_and_recorded_in_full_then_the_writer_stops(
     keys = reservations[0].keys
     assert await client.zcard(keys[5]) == 0  # every concurrency slot freed
     assert await client.hlen(keys[6]) == 0  # every reservation settled
-    assert int(await client.get(keys[2]) or 0) == 300 * 5  # output charged as used, not reserved
+    # Output charged as used, not reserved.
+    assert await output_in_use(client, reservations[0], 100 * 300) == 300 * 5
 
 
 async def test_settlement_survives_a_redis_that_forgot_the_script(client: redis.Redis) -> None:
@@ -78,5 +90,32 @@ async def test_settlement_survives_a_redis_that_forgot_the_script(client: redis.
     await ledger.close()
 
     assert await client.hlen(reservation.keys[6]) == 0
-    assert int(await client.get(reservation.keys[2]) or 0) == 7
+    assert await output_in_use(client, reservation, 100) == 7
     assert await client.xlen(STREAM) == 1  # recorded once, not again with the retry
+
+
+async def test_a_settlement_that_meets_a_stalled_redis_is_retried_until_it_lands(
+    redis_server: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    url, process = redis_server
+    wire = RedisWire(url)
+    budget = Budget(tokens_per_day=1000, max_concurrent_requests=1)
+    reservation = await admit(Budgets(wire), budget, prompt=10, allowance=50)
+    await wire.close()
+    assert isinstance(reservation, Reservation)
+    client = redis.Redis.from_url(url, socket_timeout=0.3)
+    ledger = Ledger(client, stream=STREAM, max_len=10_000)
+    ledger.start()
+    process.send_signal(signal.SIGSTOP)  # a stall: the write times out
+    try:
+        ledger.record(Settlement(reservation, 10, 20), sample(reservation.request_id))
+        await asyncio.sleep(1.0)
+    finally:
+        process.send_signal(signal.SIGCONT)
+    deadline = time.monotonic() + 10
+    while await client.zcard(reservation.keys[5]) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    await ledger.close()
+    assert await client.zcard(reservation.keys[5]) == 0  # the concurrency slot is free again
+    assert int(await client.get(reservation.keys[3]) or 0) == 30  # charged once, as used
+    await client.aclose()
