@@ -171,7 +171,7 @@ class Processes:
 
 def start_targets(procs: Processes, redis_url: str, nginx: str, litellm: Path) -> list[Target]:
     home = procs.home
-    sim_port, gw_port, ng_port, ll_port = (free_port() for _ in range(4))
+    sim_port, gw_port, gw_metrics_port, ng_port, ll_port = (free_port() for _ in range(5))
     upstream = f"http://127.0.0.1:{sim_port}"
     (home / "fleet.yaml").write_text(fleet_yaml(sim_port))
     procs.start(
@@ -191,6 +191,7 @@ def start_targets(procs: Processes, redis_url: str, nginx: str, litellm: Path) -
             **os.environ,
             "REDIS_URL": redis_url,
             "GATEWAY_PORT": str(gw_port),
+            "GATEWAY_METRICS_PORT": str(gw_metrics_port),
             "GATEWAY_WORKERS": "1",
             "GATEWAY_SNAPSHOT_POLL_S": "1",
             "GATEWAY_SAMPLES_MAX_LEN": "100000",

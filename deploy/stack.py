@@ -36,7 +36,8 @@ RUN_DIR = VAR / "run"
 VENV_BIN = ROOT / ".venv" / "bin"
 SECRET_KEY_FILE = VAR / "secret-key"
 METRICS_DIR = RUN_DIR / "prometheus-multiproc"
-# The gateway exports its own metrics on its own port, so its files must not mix with the web's.
+# The gateway serves its own metrics on a listener of its own (GATEWAY_METRICS_PORT), so its files
+# must not mix with the web's.
 GATEWAY_METRICS_DIR = RUN_DIR / "prometheus-multiproc-gateway"
 PROMETHEUS_DIR = VAR / "prometheus"
 POSTGRES_RECORD = RUN_DIR / "postgres.cluster"
@@ -337,7 +338,7 @@ def render_prometheus_config() -> None:
     template = Template((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     rendered = template.substitute(
         WEB_PORT=env_port("WEB_PORT", 8000),
-        GATEWAY_PORT=env_port("GATEWAY_PORT", 8080),
+        GATEWAY_METRICS_PORT=env_port("GATEWAY_METRICS_PORT", 8081),
         TARGETS_DIR=targets,
     )
     (PROMETHEUS_DIR / "prometheus.yml").write_text(rendered)

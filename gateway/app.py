@@ -124,9 +124,6 @@ class GatewayApp:
                 await self._json(send, 200, {"status": "ok"})
             elif path == "/readyz":
                 await self.readyz(send)
-            elif path == "/metrics":
-                body, content_type = measure.metrics_body()
-                await self._raw(send, 200, body, [(b"content-type", content_type.encode())])
             else:
                 raise GatewayError(404, f"No route for {method} {path}.", code="not_found")
         except GatewayError as error:

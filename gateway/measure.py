@@ -2,25 +2,16 @@
 
 The records are the judge's raw material (per-request TTFT, TPOT, tokens, outcome, arm), so they
 are compact JSON on a Redis stream of bounded length, written after the response is complete and
-never on the client's critical path.
+never on the client's critical path. The metrics are served on a listener of their own
+(gateway.metrics_listener), not on the port tenants use.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    REGISTRY,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-    multiprocess,
-)
+from prometheus_client import Counter, Gauge, Histogram
 
 logger = logging.getLogger("gateway.measure")
 
@@ -114,11 +105,3 @@ def observe(sample: Sample) -> None:
     TOKENS.labels(*labels, "output").inc(sample.ot)
     if sample.tool is not None:
         TOOL_CALLS.labels(*labels, sample.tool).inc()
-
-
-def metrics_body() -> tuple[bytes, str]:
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -34,6 +34,8 @@ class Settings:
     redis_url: str
     host: str
     port: int
+    metrics_host: str
+    metrics_port: int
     workers: int
     connect_timeout_s: float
     first_token_timeout_s: float
@@ -52,10 +54,20 @@ class Settings:
         redis_url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
         if urlsplit(redis_url).scheme not in {"redis", "rediss"}:
             raise SettingsError(f"REDIS_URL: expected redis://HOST[:PORT][/DB], got {redis_url!r}")
+        port = _int("GATEWAY_PORT", 8080, 1, 65535)
+        metrics_port = _int("GATEWAY_METRICS_PORT", 8081, 1, 65535)
+        if metrics_port == port:
+            raise SettingsError(
+                f"GATEWAY_METRICS_PORT: expected a port other than GATEWAY_PORT, got {metrics_port}"
+            )
         return cls(
             redis_url=redis_url,
             host=os.environ.get("GATEWAY_HOST") or "127.0.0.1",
-            port=_int("GATEWAY_PORT", 8080, 1, 65535),
+            port=port,
+            # The metrics name every tenant: their own listener, local unless said otherwise
+            # (gateway.metrics_listener).
+            metrics_host=os.environ.get("GATEWAY_METRICS_HOST") or "127.0.0.1",
+            metrics_port=metrics_port,
             workers=_int("GATEWAY_WORKERS", 1, 1, 64),
             connect_timeout_s=_float("GATEWAY_CONNECT_TIMEOUT_S", 2.0),
             first_token_timeout_s=_float("GATEWAY_FIRST_TOKEN_TIMEOUT_S", 60.0),

@@ -288,13 +288,23 @@ def test_published_host_ports_do_not_collide() -> None:
             owners[port] = name
 
 
+def test_the_gateway_metrics_reach_prometheus_and_no_host_port() -> None:
+    gateway = _services()["gateway"]
+    env = _environment(gateway)
+    port = int(env["GATEWAY_METRICS_PORT"])
+    # Labelled by tenant: on the compose network for Prometheus, never published to the host.
+    assert port in _container_ports(gateway)
+    assert port not in _host_ports(gateway)
+    assert env["GATEWAY_METRICS_HOST"] == "0.0.0.0"  # noqa: S104 -- inside the container
+
+
 def test_prometheus_compose_config_scrapes_web_gateway_and_fleets() -> None:
     services = _services()
     config = _load(PROMETHEUS_FILE)
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     expected_targets = {
         "tollgate-web": {"web:8000"},
-        "tollgate-gateway": {"gateway:8080"},
+        "tollgate-gateway": {"gateway:8081"},
         "simfleet": {"simfleet:9101", "simfleet:9102"},
         "vllm": {"vllm:8000"},
     }

@@ -79,6 +79,7 @@ def stack_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         "WEB_WORKERS": "1",
         "SIMFLEET_BASE_PORT": str(free_port()),
         "GATEWAY_PORT": str(free_port()),
+        "GATEWAY_METRICS_PORT": str(free_port()),
         "SIMFLEET_REPLICAS": "1",
     }
     drop_database()
@@ -108,6 +109,12 @@ def test_up_starts_what_is_missing_and_down_stops_exactly_that(
     prometheus = stack_env["PROMETHEUS_URL"]
     wait_for(
         lambda: get(f"{prometheus}/api/v1/query?query={query}")[1]["data"]["result"] != [],
+        seconds=30,
+    )
+    # ...and the gateway on its metrics listener (its tenant port answers /metrics with a 404).
+    gateway_up = urllib.parse.quote('up{job="tollgate-gateway"} == 1')
+    wait_for(
+        lambda: get(f"{prometheus}/api/v1/query?query={gateway_up}")[1]["data"]["result"] != [],
         seconds=30,
     )
     pids = {name: pid_of(var, name) for name in STARTED}

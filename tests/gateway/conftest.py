@@ -111,6 +111,7 @@ class GatewayProcess:
     url: str
     process: subprocess.Popen[bytes]
     log: Path
+    metrics_url: str  # the listener Prometheus scrapes (GATEWAY_METRICS_PORT)
 
     def version(self) -> int | None:
         try:
@@ -128,11 +129,13 @@ class GatewayLauncher:
 
     def start(self, *, redis_url: str, workers: int = 1, **env: str) -> GatewayProcess:
         port = free_port()
+        metrics_port = int(env.get("GATEWAY_METRICS_PORT") or free_port())
         log = self.home / f"gateway-{port}.log"
         environ = {
             **os.environ,
             "REDIS_URL": redis_url,
             "GATEWAY_PORT": str(port),
+            "GATEWAY_METRICS_PORT": str(metrics_port),
             "GATEWAY_WORKERS": str(workers),
             "GATEWAY_SNAPSHOT_POLL_S": "0.5",
             **env,
@@ -146,7 +149,9 @@ class GatewayLauncher:
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )
-        gateway = GatewayProcess(f"http://127.0.0.1:{port}", process, log)
+        gateway = GatewayProcess(
+            f"http://127.0.0.1:{port}", process, log, f"http://127.0.0.1:{metrics_port}"
+        )
         self.started.append(gateway)
         deadline = time.monotonic() + 15
         while True:
