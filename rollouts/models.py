@@ -66,13 +66,18 @@ class Deployment(models.Model):
     fleet = models.ForeignKey(Fleet, on_delete=models.PROTECT, related_name="deployments")
     served_model_name = models.CharField(max_length=200)
     kind = models.CharField(max_length=8, choices=DeploymentKind.choices, default="full")
-    # The context length the replicas serve it with (vLLM's --max-model-len), when known.
-    max_model_len = models.PositiveIntegerField(null=True, blank=True)
+    # The context length the replicas serve it with (vLLM's --max-model-len), when known. The
+    # lower bounds here and below are the gateway's snapshot schema's (gateway/snapshot.py).
+    max_model_len = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
     state = models.CharField(max_length=16, choices=DeploymentState.choices, default="pending")
     # Saturation as last read from Prometheus; the gateway sheds lower tiers above the limits.
     kv_cache_usage = models.FloatField(default=0.0)
     waiting_requests = models.PositiveIntegerField(default=0)
-    max_in_flight_per_replica = models.PositiveIntegerField(default=256)
+    max_in_flight_per_replica = models.PositiveIntegerField(
+        default=256, validators=[MinValueValidator(1)]
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -145,7 +145,11 @@ class Budget(models.Model):
     over_max_output = models.CharField(
         max_length=8, choices=OverMaxOutput.choices, default=OverMaxOutput.CLAMP
     )
-    default_output_allowance = models.PositiveIntegerField(default=1024)
+    # At least 1, as the gateway's snapshot schema requires (gateway/snapshot.py): a request that
+    # names no max_tokens reserves this many output tokens.
+    default_output_allowance = models.PositiveIntegerField(
+        default=1024, validators=[MinValueValidator(1)]
+    )
     # Past this share of tokens/day or tokens/month the soft-limit action applies (None: none).
     soft_limit_percent = models.PositiveSmallIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(100)]
