@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
+from controlplane.gateway_config import LeftOut, left_out_of_published
 from controlplane.redis import get_redis
 
 WORKER_HEARTBEAT_KEY = "tollgate:workers:heartbeat"
@@ -81,6 +82,23 @@ def worker_heartbeat() -> dict[str, Any]:
     return {"status": status, "last_heartbeat_s": round(age, 1)}
 
 
+def gateway_snapshot_left_out() -> list[LeftOut] | None:
+    """The rows the published gateway snapshot left out, or None when Redis cannot tell."""
+    try:
+        return left_out_of_published()
+    except (redis.RedisError, ValueError, KeyError, TypeError):
+        return None
+
+
+def gateway_snapshot() -> dict[str, Any]:
+    """Informational: how many rows the published snapshot left out. Not their names: they name
+    tenants, and this endpoint answers anyone (the home page shows release managers the rows)."""
+    left_out = gateway_snapshot_left_out()
+    if left_out is None:
+        return {"status": "unknown"}
+    return {"status": "error" if left_out else "ok", "rows_left_out": len(left_out)}
+
+
 @require_GET
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
@@ -90,5 +108,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def readyz(request: HttpRequest) -> JsonResponse:
     checks = {name: run_check(check) for name, check in CHECKS.items()}
     ready = all(result["status"] == "ok" for result in checks.values())
-    body = {"status": "ok" if ready else "error", "checks": checks, "workers": worker_heartbeat()}
+    body = {
+        "status": "ok" if ready else "error",
+        "checks": checks,
+        "workers": worker_heartbeat(),
+        "gateway_snapshot": gateway_snapshot(),
+    }
     return JsonResponse(body, status=200 if ready else 503)
