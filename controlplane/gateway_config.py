@@ -254,6 +254,7 @@ class _Deployments:
             id=str(deployment.pk),
             served_model_name=deployment.served_model_name,
             max_model_len=deployment.max_model_len,
+            tokenizer_dir=deployment.tokenizer_dir or None,
             replicas=replicas,
             kv_cache_usage=deployment.kv_cache_usage,
             waiting_requests=deployment.waiting_requests,

@@ -41,6 +41,7 @@ from gateway.routing import ReplicaLoad, choose_arm, choose_replica, match_rule
 from gateway.settings import Settings
 from gateway.snapshot import ApiKey, Arm, Deployment, Route, Snapshot, Tenant
 from gateway.store import SnapshotStore
+from gateway.tokens import count_prompt
 from gateway.tools import ToolChecker
 from gateway.wire import RedisWire
 
@@ -71,11 +72,13 @@ class Call:
     arm: Arm
     deployment: Deployment
     key_id: str
-    prompt_estimate: int
+    prompt_estimate: int  # the deployment's count, or a rough one (gateway.requests)
+    prompt_reserved: int  # never below the real count (gateway.tokens)
     allowance: int
     client_streams: bool
     client_wants_usage: bool
     concurrency: int
+    send_max_tokens: bool = True  # False: the replica fills in what its context leaves
     replica_id: str = ""
     reservation: Reservation | None = None
 
@@ -315,28 +318,32 @@ class GatewayApp:
         started: float,
     ) -> Call:
         budget = tenant.budget
-        prompt = estimate_prompt_tokens(payload, chat=chat)
+        rough = estimate_prompt_tokens(payload, chat=chat)
+        # A route rule takes the request out of the split (see gateway.routing); a forced arm
+        # chooses between baseline and canary only for requests no rule claims.
+        arm = match_rule(route, tenant, rough) or self._choose_arm(
+            scope, key, tenant, route, payload
+        )
+        deployment = snapshot.deployments[arm.deployment_id]
+        counted = count_prompt(
+            payload,
+            chat=chat,
+            tokenizer=self.store.tokenizer(deployment.tokenizer_dir),
+            max_model_len=deployment.max_model_len,
+        )
+        # A limit that refuses reads the best count there is: a bound would refuse prompts that
+        # fit. Reservations read the bound (below).
+        prompt = counted.tokens if counted.exact else rough
         if budget.max_context_tokens is not None and prompt > budget.max_context_tokens:
+            about = "" if counted.exact else "about "
             raise bad_request(
-                f"The prompt is about {prompt} tokens; this tenant's limit is "
+                f"The prompt is {about}{prompt} tokens; this tenant's limit is "
                 f"{budget.max_context_tokens} (max_context_tokens).",
                 param="messages" if chat else "prompt",
                 code="context_length_exceeded",
             )
-        # A route rule takes the request out of the split (see gateway.routing); a forced arm
-        # chooses between baseline and canary only for requests no rule claims.
-        arm = match_rule(route, tenant, prompt) or self._choose_arm(
-            scope, key, tenant, route, payload
-        )
-        deployment = snapshot.deployments[arm.deployment_id]
         asked = requested_max_tokens(payload)
         allowance = asked if asked is not None else budget.default_output_allowance
-        if asked is None and deployment.max_model_len is not None:
-            # Unasked, the allowance must still fit the model's context beside the prompt, or
-            # the replica refuses a request the client never gave a max_tokens for. The prompt
-            # count is an estimate (the replica's tokenizer decides), hence the margin.
-            margin = max(16, prompt // 4)
-            allowance = max(1, min(allowance, deployment.max_model_len - prompt - margin))
         if budget.max_output_tokens is not None and allowance > budget.max_output_tokens:
             if asked is not None and budget.over_max_output == "reject":
                 raise bad_request(
@@ -345,6 +352,27 @@ class GatewayApp:
                     param="max_tokens",
                 )
             allowance = budget.max_output_tokens
+        fill_in = asked is None
+        if fill_in and deployment.max_model_len is not None:
+            # Unasked, the allowance must fit the model's context beside the prompt, or the
+            # replica refuses a max_tokens the client never sent. The count is exact or a bound
+            # above the real one, so the room it leaves is there.
+            room = deployment.max_model_len - counted.tokens
+            if room >= 1:
+                allowance = min(allowance, room)
+            elif not counted.exact:
+                # The bound leaves no room but the prompt may fit: the replica is asked with no
+                # max_tokens, so it fills in exactly what is left, and the reservation covers
+                # the most it can be.
+                fill_in = False
+                allowance = deployment.max_model_len
+            else:
+                raise bad_request(
+                    f"The prompt is {counted.tokens} tokens; the model's context is "
+                    f"{deployment.max_model_len} tokens.",
+                    param="messages" if chat else "prompt",
+                    code="context_length_exceeded",
+                )
         options = payload.get("stream_options") or {}
         return Call(
             request_id=uuid.uuid4().hex,
@@ -358,6 +386,8 @@ class GatewayApp:
             deployment=deployment,
             key_id=key.id,
             prompt_estimate=prompt,
+            prompt_reserved=counted.tokens,
+            send_max_tokens=asked is not None or fill_in,
             allowance=allowance,
             client_streams=bool(payload.get("stream")),
             client_wants_usage=bool(options.get("include_usage")),
@@ -415,7 +445,7 @@ class GatewayApp:
                 tenant_id=call.tenant.id,
                 budget=call.tenant.budget,
                 request_id=call.request_id,
-                prompt_tokens=call.prompt_estimate,
+                prompt_tokens=call.prompt_reserved,
                 output_allowance=call.allowance,
                 deadline_s=self.settings.total_timeout_s + 60,
             )
@@ -427,7 +457,7 @@ class GatewayApp:
                 tenant_id=call.tenant.id,
                 budget=call.tenant.budget,
                 request_id=call.request_id,
-                prompt_tokens=call.prompt_estimate,
+                prompt_tokens=call.prompt_reserved,
                 output_allowance=call.allowance,
             )
             if call.tenant.fail_mode == "open":
@@ -460,7 +490,10 @@ class GatewayApp:
         payload["stream"] = True
         payload["stream_options"] = {"include_usage": True}
         payload.pop("max_completion_tokens", None)
-        payload["max_tokens"] = call.allowance
+        if call.send_max_tokens:
+            payload["max_tokens"] = call.allowance
+        else:
+            payload.pop("max_tokens", None)
         return orjson.dumps(payload)
 
     async def _proxy(self, call: Call, progress: Progress, receive: Receive, send: Send) -> None:

@@ -76,6 +76,9 @@ class Deployment(Frozen):
     # The replicas' context length, when known: caps the output allowance of requests that name
     # no max_tokens.
     max_model_len: Annotated[int, Field(ge=1)] | None = None
+    # The served model's tokenizer, as a directory this gateway can read (tokenizer.json and
+    # tokenizer_config.json): prompts are then counted exactly (gateway.tokens), not bounded.
+    tokenizer_dir: str | None = None
     # Empty when every replica is draining or disabled: requests then get a clear 502.
     replicas: tuple[Replica, ...] = ()
     # Saturation seen by the control plane (from Prometheus): lower tiers are shed above these.

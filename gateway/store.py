@@ -19,7 +19,9 @@ import logging
 import redis.asyncio as redis
 from pydantic import ValidationError
 
+from gateway import tokens
 from gateway.snapshot import CHANGED_CHANNEL, SNAPSHOT_KEY, Snapshot
+from gateway.tokens import ChatTokenizer
 
 logger = logging.getLogger("gateway.store")
 
@@ -32,6 +34,7 @@ class SnapshotStore:
         self.redis_ok = False
         self._task: asyncio.Task[None] | None = None
         self._seen: bytes | str | None = None  # the last published snapshot looked at
+        self._tokenizers: dict[str, ChatTokenizer | None] = {}  # by directory
 
     async def refresh(self) -> bool:
         """Reads the published snapshot; True when a newer valid one was applied."""
@@ -58,9 +61,23 @@ class SnapshotStore:
             and snapshot.version <= current.version
         ):
             return False
+        await self._load_tokenizers(snapshot)
         self.current = snapshot  # one assignment: requests see the old or the new, never a mix
         logger.info("applied snapshot version %s (epoch %s)", snapshot.version, snapshot.epoch)
         return True
+
+    def tokenizer(self, directory: str | None) -> ChatTokenizer | None:
+        return self._tokenizers.get(directory) if directory else None
+
+    async def _load_tokenizers(self, snapshot: Snapshot) -> None:
+        """Loads the tokenizers the snapshot names and this gateway does not hold yet, in a
+        thread: a tokenizer file takes tens of milliseconds to parse, and the loop serves
+        requests meanwhile."""
+        wanted = {d.tokenizer_dir for d in snapshot.deployments.values() if d.tokenizer_dir}
+        loaded = {d: self._tokenizers[d] for d in wanted if d in self._tokenizers}
+        for directory in wanted - loaded.keys():
+            loaded[directory] = await asyncio.to_thread(tokens.load, directory)
+        self._tokenizers = loaded
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())

@@ -71,6 +71,10 @@ class Deployment(models.Model):
     max_model_len = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1)]
     )
+    # The served model's tokenizer (tokenizer.json and tokenizer_config.json with its chat
+    # template), as a directory on the gateway's hosts: prompts are then counted exactly, as
+    # the replicas count them, instead of bounded by their bytes.
+    tokenizer_dir = models.CharField(max_length=500, blank=True)
     state = models.CharField(max_length=16, choices=DeploymentState.choices, default="pending")
     # Saturation as last read from Prometheus; the gateway sheds lower tiers above the limits.
     kv_cache_usage = models.FloatField(default=0.0)

@@ -40,14 +40,18 @@ TEMPLATES = [
 
 
 def _deployment(fleet: Fleet, artifact: ModelArtifact) -> Deployment:
+    # simfleet's models count tokens with simfleet's tokenizer.
+    tokenizer_dir = str(settings.BASE_DIR / "simfleet" / "tokenizer")
     live = Deployment.objects.filter(fleet=fleet, artifact=artifact).exclude(
         state__in=[DeploymentState.RETIRED, DeploymentState.FAILED]
     )
+    live.filter(tokenizer_dir="").update(tokenizer_dir=tokenizer_dir)  # seeded before it existed
     return live.first() or Deployment.objects.create(
         artifact=artifact,
         fleet=fleet,
         served_model_name="tiny",  # what simfleet's cpu-tiny profile serves
         max_model_len=1024,
+        tokenizer_dir=tokenizer_dir,
         state=DeploymentState.READY,
     )
 

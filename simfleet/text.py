@@ -8,12 +8,13 @@ which is close to what BPE tokenizers give for English.
 from __future__ import annotations
 
 import random
-import re
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-_TOKEN = re.compile(r"\w+|[^\w\s]")
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 # Chat templates add a few tokens per message (role markers, separators) and a generation prompt.
 CHAT_TOKENS_PER_MESSAGE = 4
@@ -69,7 +70,16 @@ WORDS = [
 
 
 def count_tokens(text: str) -> int:
-    return len(_TOKEN.findall(text))
+    """Words and punctuation marks, as simfleet's tokenizer (simfleet.tokenizer) splits them:
+    the gateway counts prompts with that tokenizer, so the two must agree to the token."""
+    return len(_tokenizer().encode(text, add_special_tokens=False).ids)
+
+
+@cache
+def _tokenizer() -> Tokenizer:
+    from simfleet.tokenizer import build  # it reads this module's constants
+
+    return build()
 
 
 def _content_text(content: Any) -> str:
