@@ -41,7 +41,7 @@ from gateway.routing import ReplicaLoad, choose_arm, choose_replica, match_rule
 from gateway.settings import Settings
 from gateway.snapshot import ApiKey, Arm, Deployment, Route, Snapshot, Tenant
 from gateway.store import SnapshotStore
-from gateway.tokens import count_prompt
+from gateway.tokens import PromptCount, exact_count, prompt_bound
 from gateway.tools import ToolChecker
 from gateway.wire import RedisWire
 
@@ -325,23 +325,26 @@ class GatewayApp:
             scope, key, tenant, route, payload
         )
         deployment = snapshot.deployments[arm.deployment_id]
-        counted = count_prompt(
-            payload,
-            chat=chat,
-            tokenizer=self.store.tokenizer(deployment.tokenizer_dir),
-            max_model_len=deployment.max_model_len,
-        )
-        # A limit that refuses reads the best count there is: a bound would refuse prompts that
-        # fit. Reservations read the bound (below).
-        prompt = counted.tokens if counted.exact else rough
-        if budget.max_context_tokens is not None and prompt > budget.max_context_tokens:
-            about = "" if counted.exact else "about "
-            raise bad_request(
-                f"The prompt is {about}{prompt} tokens; this tenant's limit is "
-                f"{budget.max_context_tokens} (max_context_tokens).",
-                param="messages" if chat else "prompt",
-                code="context_length_exceeded",
-            )
+        tokenizer = self.store.tokenizer(deployment.tokenizer_dir)
+        counted = prompt_bound(payload, chat=chat, max_model_len=deployment.max_model_len)
+
+        def exactly() -> PromptCount:
+            return exact_count(payload, chat=chat, tokenizer=tokenizer, bound=counted) or counted
+
+        limit = budget.max_context_tokens
+        if limit is not None and counted.tokens > limit:
+            counted = exactly()
+            # A limit that refuses reads the best count there is; a bound would refuse prompts
+            # that fit.
+            prompt = counted.tokens if counted.exact else rough
+            if prompt > limit:
+                about = "" if counted.exact else "about "
+                raise bad_request(
+                    f"The prompt is {about}{prompt} tokens; this tenant's limit is {limit} "
+                    "(max_context_tokens).",
+                    param="messages" if chat else "prompt",
+                    code="context_length_exceeded",
+                )
         asked = requested_max_tokens(payload)
         allowance = asked if asked is not None else budget.default_output_allowance
         if budget.max_output_tokens is not None and allowance > budget.max_output_tokens:
@@ -354,6 +357,8 @@ class GatewayApp:
             allowance = budget.max_output_tokens
         fill_in = asked is None
         if fill_in and deployment.max_model_len is not None:
+            if counted.tokens + allowance > deployment.max_model_len:
+                counted = exactly()
             # Unasked, the allowance must fit the model's context beside the prompt, or the
             # replica refuses a max_tokens the client never sent. The count is exact or a bound
             # above the real one, so the room it leaves is there.
@@ -385,7 +390,7 @@ class GatewayApp:
             arm=arm,
             deployment=deployment,
             key_id=key.id,
-            prompt_estimate=prompt,
+            prompt_estimate=counted.tokens if counted.exact else rough,
             prompt_reserved=counted.tokens,
             send_max_tokens=asked is not None or fill_in,
             allowance=allowance,
@@ -445,7 +450,7 @@ class GatewayApp:
                 tenant_id=call.tenant.id,
                 budget=call.tenant.budget,
                 request_id=call.request_id,
-                prompt_tokens=call.prompt_reserved,
+                prompt_tokens=self._prompt_to_reserve(call),
                 output_allowance=call.allowance,
                 deadline_s=self.settings.total_timeout_s + 60,
             )
@@ -457,7 +462,7 @@ class GatewayApp:
                 tenant_id=call.tenant.id,
                 budget=call.tenant.budget,
                 request_id=call.request_id,
-                prompt_tokens=call.prompt_reserved,
+                prompt_tokens=self._prompt_to_reserve(call),
                 output_allowance=call.allowance,
             )
             if call.tenant.fail_mode == "open":
@@ -483,6 +488,14 @@ class GatewayApp:
                 retry_after_s=result.retry_after_s,
             )
         call.reservation = result
+
+    @staticmethod
+    def _prompt_to_reserve(call: Call) -> int:
+        """The prompt's count, or bound, but never more than the tenant's input tokens a minute:
+        a bound above that would refuse for ever a prompt whose real count may fit (one whose
+        real count does not is then charged in full at settlement, and the limiter waits)."""
+        limit = call.tenant.budget.input_tokens_per_minute
+        return call.prompt_reserved if limit is None else min(call.prompt_reserved, limit)
 
     def _upstream_body(self, call: Call) -> bytes:
         payload = dict(call.payload)

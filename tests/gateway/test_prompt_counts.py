@@ -205,3 +205,19 @@ def test_an_image_part_is_bounded_by_the_models_context() -> None:
     payload = {"messages": [{"role": "user", "content": [image, {"type": "text", "text": "hi"}]}]}
     assert chat_bound(payload, max_model_len=4096) == 4097  # more than fits: the whole context
     assert completion_bound("東京") == 6 + 2
+
+
+def test_a_bound_above_the_input_limit_does_not_refuse_a_prompt_that_fits(
+    gateways: GatewayLauncher, fleet: Fleet, redis_url: str
+) -> None:
+    # 300 bytes of English: bounded at 380 tokens, counted by the replica at ~60.
+    gateway = gateways.start(redis_url=redis_url)
+    budget = Budget(input_tokens_per_minute=100)
+    snapshot = with_tokenizer(make_snapshot(fleet.urls[:1], acme_budget=budget), None)
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    words = "the canary answers every question " * 9
+    body = {"model": ROUTE, "messages": [{"role": "user", "content": words}], "max_tokens": 4}
+    status, answer, _ = post(gateway, body)
+    assert status == 200, answer
+    assert answer["usage"]["prompt_tokens"] <= 100  # type: ignore[index]
