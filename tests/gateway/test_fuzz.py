@@ -56,6 +56,30 @@ messages = st.lists(
     ),
     max_size=3,
 )
+# Tenants' tool schemas: JSON of any shape, and the hostile ones (remote references, patterns
+# that backtrack, references to themselves).
+hostile_schemas = st.sampled_from(
+    [
+        {"$ref": "http://127.0.0.1:9/schema.json"},
+        {"$ref": "#"},
+        {"type": "object", "properties": {"q": {"type": "string", "pattern": "^(a+)+$"}}},
+        {"type": "object", "patternProperties": {"(x+x+)+y": {}}},
+        {"$schema": "http://127.0.0.1:9/meta", "type": "object"},
+    ]
+)
+tools = st.lists(
+    st.fixed_dictionaries(
+        {
+            "type": st.just("function"),
+            "function": st.fixed_dictionaries(
+                {"name": st.sampled_from(["f", "g"])},
+                optional={"parameters": hostile_schemas | json_values},
+            ),
+        }
+    ),
+    min_size=1,
+    max_size=2,
+)
 bodies = st.fixed_dictionaries(
     {},
     optional={
@@ -66,8 +90,8 @@ bodies = st.fixed_dictionaries(
         "max_completion_tokens": st.integers(-5, 50) | json_values,
         "stream": st.booleans() | json_values,
         "stream_options": json_values,
-        "tools": json_values,
-        "tool_choice": json_values,
+        "tools": tools | json_values,
+        "tool_choice": st.sampled_from(["required", "auto", "none"]) | json_values,
         "n": st.integers(-1, 3) | json_values,
         "user": st.text(max_size=10) | json_values,
         "temperature": json_values,
