@@ -445,31 +445,28 @@ class GatewayApp:
             )
 
     async def _admit(self, call: Call) -> None:
+        reservation = self.budgets.reservation(
+            tenant_id=call.tenant.id,
+            budget=call.tenant.budget,
+            request_id=call.request_id,
+            prompt_tokens=self._prompt_to_reserve(call),
+            output_allowance=call.allowance,
+        )
         try:
             result = await self.budgets.admit(
-                tenant_id=call.tenant.id,
+                reservation,
                 budget=call.tenant.budget,
-                request_id=call.request_id,
-                prompt_tokens=self._prompt_to_reserve(call),
-                output_allowance=call.allowance,
                 deadline_s=self.settings.total_timeout_s + 60,
             )
         except (redis.RedisError, OSError) as exc:
             # The reply may be lost after Redis ran the script (a timeout): the request may hold
-            # a reservation. Settling it anyway, with what the request uses (nothing, when it is
+            # the reservation. Settling it anyway, with what the request uses (nothing, when it is
             # refused), frees it if it exists and charges the usage once either way.
-            unconfirmed = self.budgets.unconfirmed(
-                tenant_id=call.tenant.id,
-                budget=call.tenant.budget,
-                request_id=call.request_id,
-                prompt_tokens=self._prompt_to_reserve(call),
-                output_allowance=call.allowance,
-            )
             if call.tenant.fail_mode == "open":
                 logger.warning("budget store away (%r): %s fails open", exc, call.tenant.slug)
-                call.reservation = unconfirmed
+                call.reservation = reservation
                 return
-            self._record_rejection(call, 503, "budget_store", Settlement(unconfirmed, 0, 0))
+            self._record_rejection(call, 503, "budget_store", Settlement(reservation, 0, 0))
             raise GatewayError(
                 503,
                 "Budgets cannot be checked right now and this tenant fails closed. Retry shortly.",

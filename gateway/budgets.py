@@ -192,7 +192,7 @@ class Refusal:
 
 @dataclass(frozen=True)
 class Reservation:
-    """What admission reserved (or may have: see `Budgets.unconfirmed`), and how to settle it."""
+    """What admission reserves (see `Budgets.reservation`), and how to settle it."""
 
     request_id: str
     keys: tuple[str, ...]
@@ -235,7 +235,7 @@ class Budgets:
     def __init__(self, wire: RedisWire) -> None:
         self._wire = wire
 
-    async def admit(
+    def reservation(
         self,
         *,
         tenant_id: str,
@@ -243,25 +243,37 @@ class Budgets:
         request_id: str,
         prompt_tokens: int,
         output_allowance: int,
-        deadline_s: float,
         now: dt.datetime | None = None,
-    ) -> Reservation | Refusal:
-        """`now` is for tests: by default the limiters read Redis's clock."""
-        reservation = self.unconfirmed(
-            tenant_id=tenant_id,
-            budget=budget,
-            request_id=request_id,
-            prompt_tokens=prompt_tokens,
-            output_allowance=output_allowance,
-            now=now,
-        )
-        day_at = now or dt.datetime.now(dt.UTC)
-        to_day, to_month = _seconds_to_next(day_at)
-        args: list[Arg] = [
-            reservation.clock_ms,
+    ) -> Reservation:
+        """What admitting the request reserves, before it is admitted. Settling it is right
+        whether or not the admission ran: when an admission's reply is lost (a timeout after
+        Redis ran the script), the request settles it anyway, with what it used (nothing, when
+        it is refused). `now` is for tests: by default the limiters read Redis's clock."""
+        keys, _, _ = _keys(tenant_id, now or dt.datetime.now(dt.UTC))
+        return Reservation(
             request_id,
+            keys,
             prompt_tokens,
             output_allowance,
+            input_tokens_per_minute=_limit(budget.input_tokens_per_minute),
+            output_tokens_per_minute=_limit(budget.output_tokens_per_minute),
+            clock_ms=int(now.timestamp() * 1000) if now is not None else 0,
+        )
+
+    async def admit(
+        self, reservation: Reservation, *, budget: Budget, deadline_s: float
+    ) -> Reservation | Refusal:
+        """Makes the reservation, or says which limit refuses it and when to retry."""
+        clock = reservation.clock_ms
+        day_at = (
+            dt.datetime.fromtimestamp(clock / 1000, dt.UTC) if clock else dt.datetime.now(dt.UTC)
+        )
+        to_day, to_month = _seconds_to_next(day_at)
+        args: list[Arg] = [
+            clock,
+            reservation.request_id,
+            reservation.prompt_tokens,
+            reservation.output_allowance,
             int(deadline_s * 1000),
             _limit(budget.requests_per_minute),
             _limit(budget.input_tokens_per_minute),
@@ -281,30 +293,6 @@ class Budgets:
             return reservation
         name = limit.decode() if isinstance(limit, bytes) else str(limit)
         return Refusal(limit=name, retry_after_s=int(retry_after))
-
-    def unconfirmed(
-        self,
-        *,
-        tenant_id: str,
-        budget: Budget,
-        request_id: str,
-        prompt_tokens: int,
-        output_allowance: int,
-        now: dt.datetime | None = None,
-    ) -> Reservation:
-        """The reservation an admission makes, without making it. When an admission's reply is
-        lost (a timeout after Redis ran the script), the request may or may not hold it: settling
-        this, with what was used (nothing, for a refused request), is right either way."""
-        keys, _, _ = _keys(tenant_id, now or dt.datetime.now(dt.UTC))
-        return Reservation(
-            request_id,
-            keys,
-            prompt_tokens,
-            output_allowance,
-            input_tokens_per_minute=_limit(budget.input_tokens_per_minute),
-            output_tokens_per_minute=_limit(budget.output_tokens_per_minute),
-            clock_ms=int(now.timestamp() * 1000) if now is not None else 0,
-        )
 
     async def settle(
         self, reservation: Reservation, *, prompt_tokens: int, output_tokens: int

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -16,6 +16,7 @@ from typing import Any, cast
 import orjson
 import pytest
 import redis
+import redis.asyncio as aredis
 
 from gateway.snapshot import (
     CHANGED_CHANNEL,
@@ -169,6 +170,16 @@ class GatewayLauncher:
             stop(gateway.process)
 
 
+def serve(
+    gateways: GatewayLauncher, redis_url: str, snapshot: Snapshot, **env: str
+) -> GatewayProcess:
+    """A gateway started with `env`, once it has applied `snapshot`."""
+    gateway = gateways.start(redis_url=redis_url, workers=1, **env)
+    publish(redis_url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    return gateway
+
+
 def wait_for_version(gateway: GatewayProcess, version: int, seconds: float = 10.0) -> None:
     deadline = time.monotonic() + seconds
     while gateway.version() != version:
@@ -185,6 +196,16 @@ def redis_url() -> Iterator[str]:
     yield url
     client.flushdb()
     client.close()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[aredis.Redis]:
+    """An asyncio client of the test database, emptied around the test."""
+    connection = aredis.Redis.from_url(os.environ["REDIS_URL"])
+    await connection.flushdb()
+    yield connection
+    await connection.flushdb()
+    await connection.aclose()
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import uuid
-from collections.abc import AsyncIterator
 
-import pytest
 import redis.asyncio as redis
 
 from gateway.budget_keys import DAY_TTL_S, MONTH_TTL_S, day_key, month_key
@@ -17,29 +15,21 @@ from gateway.snapshot import Budget
 from gateway.wire import RedisWire
 
 
-@pytest.fixture
-async def client() -> AsyncIterator[redis.Redis]:
-    connection = redis.Redis.from_url(os.environ["REDIS_URL"])
-    await connection.flushdb()
-    yield connection
-    await connection.flushdb()
-    await connection.aclose()
-
-
 async def test_admission_charges_the_day_and_month_counters_named_here(
     client: redis.Redis,
 ) -> None:
     wire = RedisWire(os.environ["REDIS_URL"])
     budget = Budget(tokens_per_day=10_000, tokens_per_month=100_000)
     now = dt.datetime.now(dt.UTC)
-    result = await Budgets(wire).admit(
+    budgets = Budgets(wire)
+    reservation = budgets.reservation(
         tenant_id="t1",
         budget=budget,
         request_id=uuid.uuid4().hex,
         prompt_tokens=10,
         output_allowance=20,
-        deadline_s=60.0,
     )
+    result = await budgets.admit(reservation, budget=budget, deadline_s=60.0)
     await wire.close()
     assert isinstance(result, Reservation)
     assert int(await client.get(day_key("t1", now)) or 0) == 30

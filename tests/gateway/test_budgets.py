@@ -20,15 +20,6 @@ NOW = dt.datetime(2026, 11, 30, 12, 0, 30, tzinfo=dt.UTC)
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[redis.Redis]:
-    connection = redis.Redis.from_url(os.environ["REDIS_URL"])
-    await connection.flushdb()
-    yield connection
-    await connection.flushdb()
-    await connection.aclose()
-
-
-@pytest.fixture
 async def budgets(client: redis.Redis) -> AsyncIterator[Budgets]:
     wire = RedisWire(os.environ["REDIS_URL"])
     yield Budgets(wire)
@@ -44,15 +35,15 @@ async def admit(
     now: dt.datetime = NOW,
     deadline_s: float = 60.0,
 ) -> Reservation | Refusal:
-    return await budgets.admit(
+    reservation = budgets.reservation(
         tenant_id="t1",
         budget=budget,
         request_id=uuid.uuid4().hex,
         prompt_tokens=prompt,
         output_allowance=allowance,
-        deadline_s=deadline_s,
         now=now,
     )
+    return await budgets.admit(reservation, budget=budget, deadline_s=deadline_s)
 
 
 async def test_concurrent_admissions_never_exceed_the_request_limit(client: redis.Redis) -> None:
@@ -176,7 +167,7 @@ async def test_an_admission_whose_reply_was_lost_is_released_by_settling_it(
     budget = Budget(tokens_per_day=1000, max_concurrent_requests=1)
     held = await admit(budgets, budget, prompt=10, allowance=50)  # Redis ran it; the reply is lost
     assert isinstance(held, Reservation)
-    lost = budgets.unconfirmed(
+    lost = budgets.reservation(
         tenant_id="t1",
         budget=budget,
         request_id=held.request_id,
@@ -193,7 +184,7 @@ async def test_a_request_that_held_no_reservation_is_charged_once_for_what_it_us
     budgets: Budgets, client: redis.Redis
 ) -> None:
     # Its admission never ran (the budget store was away and the tenant fails open).
-    never = budgets.unconfirmed(
+    never = budgets.reservation(
         tenant_id="t1",
         budget=Budget(tokens_per_day=1000),
         request_id=uuid.uuid4().hex,

@@ -8,11 +8,9 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-import pytest
 import redis.asyncio as redis
 
 from gateway.budget_keys import limiter_usage
@@ -24,15 +22,6 @@ from gateway.wire import RedisWire
 from tests.gateway.test_budgets import NOW, admit
 
 STREAM = "tollgate:samples:test"
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[redis.Redis]:
-    connection = redis.Redis.from_url(os.environ["REDIS_URL"])
-    await connection.flushdb()
-    yield connection
-    await connection.flushdb()
-    await connection.aclose()
 
 
 def sample(rid: str) -> Sample:

@@ -29,8 +29,7 @@ from tests.gateway.conftest import (
     GatewayLauncher,
     auth,
     make_snapshot,
-    publish,
-    wait_for_version,
+    serve,
 )
 from tests.gateway.test_limits import post
 from tests.simfleet.harness import Fleet, FleetLauncher, model
@@ -88,10 +87,8 @@ def with_tokenizer(snapshot: Snapshot, directory: Path | None) -> Snapshot:
 def test_the_weather_example_without_max_tokens_is_served(
     gateways: GatewayLauncher, fleet: Fleet, redis_url: str, tokenizer: Path | None
 ) -> None:
-    gateway = gateways.start(redis_url=redis_url)
     snapshot = with_tokenizer(make_snapshot(fleet.urls[:1]), tokenizer)
-    publish(redis_url, snapshot)
-    wait_for_version(gateway, snapshot.version)
+    gateway = serve(gateways, redis_url, snapshot)
     status, body, _ = post(gateway, WEATHER)
     assert status == 200, body
     assert body["usage"]["prompt_tokens"] > 100  # type: ignore[index]  # the tools count
@@ -115,11 +112,9 @@ def test_a_burst_of_cjk_prompts_stays_within_the_minutes_input_tokens(
     gateways: GatewayLauncher, fleet: Fleet, redis_url: str, tokenizer: Path | None
 ) -> None:
     limit = 2000
-    gateway = gateways.start(redis_url=redis_url)
     budget = Budget(input_tokens_per_minute=limit)
     snapshot = with_tokenizer(make_snapshot(fleet.urls[:1], acme_budget=budget), tokenizer)
-    publish(redis_url, snapshot)
-    wait_for_version(gateway, snapshot.version)
+    gateway = serve(gateways, redis_url, snapshot)
     body = {"model": ROUTE, "messages": [{"role": "user", "content": CJK}], "max_tokens": 4}
     answers = asyncio.run(burst(gateway.url, 30, body))
     served = [a for a in answers if a["status"] == 200]
@@ -211,11 +206,9 @@ def test_a_bound_above_the_input_limit_does_not_refuse_a_prompt_that_fits(
     gateways: GatewayLauncher, fleet: Fleet, redis_url: str
 ) -> None:
     # 300 bytes of English: bounded at 380 tokens, counted by the replica at ~60.
-    gateway = gateways.start(redis_url=redis_url)
     budget = Budget(input_tokens_per_minute=100)
     snapshot = with_tokenizer(make_snapshot(fleet.urls[:1], acme_budget=budget), None)
-    publish(redis_url, snapshot)
-    wait_for_version(gateway, snapshot.version)
+    gateway = serve(gateways, redis_url, snapshot)
     words = "the canary answers every question " * 9
     body = {"model": ROUTE, "messages": [{"role": "user", "content": words}], "max_tokens": 4}
     status, answer, _ = post(gateway, body)

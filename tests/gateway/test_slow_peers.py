@@ -21,8 +21,7 @@ from tests.gateway.conftest import (
     GatewayProcess,
     chat_body,
     make_snapshot,
-    publish,
-    wait_for_version,
+    serve,
 )
 from tests.gateway.test_limits import post
 from tests.simfleet.harness import Fleet
@@ -70,10 +69,8 @@ def read_all(connection: socket.socket) -> bytes:
 def test_a_replica_that_never_sends_its_headers_is_cut_at_the_first_token_deadline(
     gateways: GatewayLauncher, silent_replica: str, redis_url: str
 ) -> None:
-    gateway = gateways.start(redis_url=redis_url, GATEWAY_FIRST_TOKEN_TIMEOUT_S="0.5")
     snapshot = make_snapshot([silent_replica])
-    publish(redis_url, snapshot)
-    wait_for_version(gateway, snapshot.version)
+    gateway = serve(gateways, redis_url, snapshot, GATEWAY_FIRST_TOKEN_TIMEOUT_S="0.5")
     started = time.monotonic()
     status, body, _ = post(gateway, chat_body())
     assert status == 504
@@ -84,10 +81,8 @@ def test_a_replica_that_never_sends_its_headers_is_cut_at_the_first_token_deadli
 def test_a_client_that_trickles_its_body_gets_a_408(
     gateways: GatewayLauncher, fleet: Fleet, redis_url: str
 ) -> None:
-    gateway = gateways.start(redis_url=redis_url, GATEWAY_BODY_TIMEOUT_S="0.5")
     snapshot = make_snapshot(fleet.urls[:1])
-    publish(redis_url, snapshot)
-    wait_for_version(gateway, snapshot.version)
+    gateway = serve(gateways, redis_url, snapshot, GATEWAY_BODY_TIMEOUT_S="0.5")
     body = orjson.dumps(chat_body())
     with raw_connection(gateway) as connection:
         connection.sendall(
@@ -118,10 +113,8 @@ def test_a_client_that_never_finishes_its_headers_is_answered_408_and_closed(
 def test_connections_past_the_cap_are_refused_and_the_gateway_serves_again_after(
     gateways: GatewayLauncher, fleet: Fleet, redis_url: str
 ) -> None:
-    gateway = gateways.start(redis_url=redis_url, GATEWAY_MAX_CONNECTIONS="5")
     snapshot = make_snapshot(fleet.urls[:1])
-    publish(redis_url, snapshot)
-    wait_for_version(gateway, snapshot.version)
+    gateway = serve(gateways, redis_url, snapshot, GATEWAY_MAX_CONNECTIONS="5")
     idle = [raw_connection(gateway) for _ in range(5)]
     time.sleep(0.2)  # let the gateway accept them all
     with raw_connection(gateway) as sixth:

@@ -22,9 +22,8 @@ from tests.gateway.conftest import (
     GatewayLauncher,
     chat_body,
     make_snapshot,
-    publish,
     records,
-    wait_for_version,
+    serve,
 )
 from tests.gateway.test_limits import post
 from tests.simfleet.harness import Fleet, FleetLauncher, model
@@ -85,10 +84,8 @@ def test_a_remote_ref_is_never_fetched_and_the_request_is_recorded_and_settled(
     gateways: GatewayLauncher, fleet: Fleet, redis_url: str, listener: list[tuple[str, int]]
 ) -> None:
     port = listener[0][1]
-    gateway = gateways.start(redis_url=redis_url)
     snapshot = make_snapshot(fleet.urls[:1])
-    publish(redis_url, snapshot)
-    wait_for_version(gateway, snapshot.version)
+    gateway = serve(gateways, redis_url, snapshot)
     body = chat_body(
         tools=[tool({"$ref": f"http://127.0.0.1:{port}/schema.json"})],
         tool_choice="required",
@@ -111,10 +108,8 @@ def test_a_remote_ref_is_never_fetched_and_the_request_is_recorded_and_settled(
 def test_a_catastrophic_pattern_does_not_stall_the_requests_of_others(
     gateways: GatewayLauncher, fleet: Fleet, redis_url: str
 ) -> None:
-    gateway = gateways.start(redis_url=redis_url)
     snapshot = make_snapshot(fleet.urls[:1])
-    publish(redis_url, snapshot)
-    wait_for_version(gateway, snapshot.version)
+    gateway = serve(gateways, redis_url, snapshot)
     hostile = tool(
         {
             "type": "object",
