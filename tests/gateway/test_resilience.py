@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
+import time
 
 import aiohttp
 import orjson
@@ -194,3 +196,29 @@ def test_a_replica_that_dies_mid_answer_is_a_clear_error_and_still_charged(
     record = records(redis_url, 1)[0]
     assert record["finish"] == "error"
     assert record["ot"] > 0  # what was generated before the crash is charged
+
+
+def test_a_redis_stall_during_admission_does_not_hold_the_tenants_concurrency_slot(
+    gateways: GatewayLauncher,
+    fleet: Fleet,
+    redis_server: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    url, server = redis_server
+    # One request at a time: a slot held by a lost admission would lock the tenant out.
+    snapshot = make_snapshot(fleet.urls[:1], acme_budget=Budget(max_concurrent_requests=1))
+    gateway = gateways.start(redis_url=url)
+    publish(url, snapshot)
+    wait_for_version(gateway, snapshot.version)
+    server.send_signal(signal.SIGSTOP)  # the admission is sent, and waits in the socket
+    try:
+        # The gateway gives up after its 1 s Redis timeout; acme fails closed.
+        assert post(gateway.url, chat_body(), key=ACME_KEY) == 503
+    finally:
+        server.send_signal(signal.SIGCONT)
+    # Whether the admission ran or went with the dropped connection, the refused request is
+    # settled (with nothing) once Redis answers: the slot is free within seconds, not at the
+    # reservation's deadline (the total timeout plus a minute).
+    deadline = time.monotonic() + 10
+    while post(gateway.url, chat_body(), key=ACME_KEY) != 200:
+        assert time.monotonic() < deadline, "the tenant stayed locked out"
+        time.sleep(0.2)
