@@ -509,7 +509,7 @@ def down() -> None:
 
 
 def status() -> None:
-    for process in [redis_process(), prometheus_process(), *app_processes()]:
+    for process in [redis_process(), prometheus_process(), *app_processes(), traffic_process()]:
         pid = process.running_pid()
         say(f"{process.name}: " + (f"running (pid {pid})" if pid else "not started by 'up'"))
 

@@ -6,12 +6,19 @@ import argparse
 import logging
 import os
 import resource
+import socket
 import sys
 from pathlib import Path
 
 import uvloop
 
-from simfleet.profiles import BUILTIN_PROFILES, ConfigError, load_config, uniform_fleet
+from simfleet.profiles import (
+    BUILTIN_PROFILES,
+    ConfigError,
+    FleetConfig,
+    load_config,
+    uniform_fleet,
+)
 from simfleet.server import serve
 
 
@@ -47,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed,
                 host=args.host,
             )
+        _check_ports_free(config)
         uvloop.run(serve(config))
     except ConfigError as exc:
         print(f"simfleet: {exc}", file=sys.stderr)  # noqa: T201
@@ -55,6 +63,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"simfleet: {exc}", file=sys.stderr)  # noqa: T201
         return 1
     return 0
+
+
+def _check_ports_free(config: FleetConfig) -> None:
+    """One clear line for a port already taken (another fleet, a running demo), before any
+    replica starts, rather than a traceback per replica from the server."""
+    for spec in config.replicas:
+        with socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+            try:
+                probe.bind((config.host, spec.port))
+            except OSError as exc:
+                raise ConfigError(
+                    f"port {spec.port} on {config.host} is in use ({exc.strerror}); choose free "
+                    "ports (--base-port, or the replicas' ports in --config)"
+                ) from exc
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, free_port
 from tests.simfleet.harness import FleetLauncher, model, stop
 
 
@@ -88,3 +89,20 @@ def test_the_documented_example_fleet_is_valid() -> None:
     assert config.replicas[0].models[0].lora_modules == {
         "support-chat-v2": "/models/support-chat/v2-lora"
     }
+
+
+def test_a_port_in_use_exits_2_with_one_line_naming_it() -> None:
+    with socket.create_server(("127.0.0.1", free_port())) as taken:
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "simfleet", "--replicas", "1", "--base-port", str(port)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert f"port {port} on 127.0.0.1 is in use" in lines[0]
