@@ -18,59 +18,63 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
-import logging
-import socket
 from collections import defaultdict
-from typing import Any
 
-import orjson
-import redis
-from django.db import transaction
 from django.db.models import Min
 
-from controlplane.redis import get_redis
+from controlplane import streams
 from evaluation.models import RequestSample
+from evaluation.services import request_samples_store
+from gateway.measure import Sample
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout, RolloutEvent
 
-logger = logging.getLogger(__name__)
-
-STREAM = "tollgate:samples"
+STREAM = streams.STREAM
 GROUP = "tollgate-evaluation"
 BATCH = 5000
 CLAIM_IDLE_MS = 30_000
+# The record fields a sample is stored from: those it must carry, and those an older gateway's
+# record may lack.
+REQUIRED = frozenset({"rid", "ts", "route", "arm", "dep", "tenant", "status", "pt", "ot", "e2e_ms"})
+OPTIONAL = frozenset(
+    {
+        "rollout",
+        "replica",
+        "finish",
+        "ttft_ms",
+        "tpot_ms",
+        "tool",
+        "conc",
+        "stream",
+        "cost",
+        "reason",
+    }
+)
 
 
-def _sample(fields: dict[str, Any]) -> RequestSample | None:
-    try:
-        record = orjson.loads(fields["r"])
-        return RequestSample(
-            rid=str(record["rid"])[:100],
-            ts=dt.datetime.fromtimestamp(float(record["ts"]), tz=dt.UTC),
-            rollout_id=int(record["rollout"]) if record.get("rollout") else None,
-            route=str(record["route"])[:100],
-            arm=str(record["arm"])[:100],
-            deployment=str(record["dep"])[:64],
-            tenant=str(record["tenant"])[:63],
-            replica=str(record.get("replica") or "")[:200],
-            status=int(record["status"]),
-            finish=str(record.get("finish") or "")[:16],
-            prompt_tokens=int(record["pt"]),
-            output_tokens=int(record["ot"]),
-            ttft_ms=record.get("ttft_ms"),
-            tpot_ms=record.get("tpot_ms"),
-            e2e_ms=float(record["e2e_ms"]),
-            tool=str(record.get("tool") or "")[:16],
-            concurrency=int(record.get("conc") or 0),
-            stream=bool(record.get("stream")),
-            cost=float(record.get("cost") or 0.0),
-            reason=str(record.get("reason") or "")[:32],
-        )
-    except (KeyError, TypeError, ValueError, orjson.JSONDecodeError) as exc:
-        # A malformed record is logged and acknowledged: retrying it forever would block none of
-        # the others but would never succeed either.
-        logger.warning("dropping a malformed sample: %s", exc)
-        return None
+def _request_sample(sample: Sample) -> RequestSample:
+    return RequestSample(
+        rid=sample.rid[:100],
+        ts=dt.datetime.fromtimestamp(sample.ts, tz=dt.UTC),
+        rollout_id=int(sample.rollout) if sample.rollout else None,
+        route=sample.route[:100],
+        arm=sample.arm[:100],
+        deployment=sample.dep[:64],
+        tenant=sample.tenant[:63],
+        replica=sample.replica[:200],
+        status=sample.status,
+        finish=(sample.finish or "")[:16],
+        prompt_tokens=sample.pt,
+        output_tokens=sample.ot,
+        ttft_ms=sample.ttft_ms,
+        tpot_ms=sample.tpot_ms,
+        e2e_ms=sample.e2e_ms,
+        tool=(sample.tool or "")[:16],
+        concurrency=sample.conc,
+        stream=sample.stream,
+        cost=sample.cost,
+        reason=(sample.reason or "")[:32],
+    )
 
 
 def step_starts(rollout_ids: set[int]) -> dict[int, list[tuple[dt.datetime, int]]]:
@@ -107,33 +111,19 @@ def file_under_steps(samples: list[RequestSample]) -> None:
         sample.step = timeline[at - 1][1] if at else None
 
 
-def _ensure_group(client: redis.Redis) -> None:
-    try:
-        client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
-    except redis.ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
+def _store(entries: list[tuple[str, RequestSample | None]]) -> None:
+    samples = [sample for _, sample in entries if sample is not None]
+    file_under_steps(samples)
+    request_samples_store(samples=samples)
+
+
+_GROUP = streams.SampleGroup(
+    group=GROUP, required=REQUIRED, optional=OPTIONAL, convert=_request_sample, store=_store
+)
+_ensure_group = _GROUP.ensure_group  # (the tests set the group up by hand)
 
 
 def consume(*, consumer: str | None = None, count: int = BATCH) -> int:
     """Stores one batch (claimed stale entries first, then new ones); returns how many entries
     it took off the stream (malformed ones included)."""
-    client = get_redis()
-    _ensure_group(client)
-    name = consumer or f"{socket.gethostname()}"
-    # (redis-py's stubs do not describe these replies; their shapes are Redis's documented ones.)
-    claimed: Any = client.xautoclaim(STREAM, GROUP, name, CLAIM_IDLE_MS, "0-0", count=count)
-    entries: list[tuple[str, dict[str, Any]]] = list(claimed[1])
-    if len(entries) < count:
-        response: Any = client.xreadgroup(GROUP, name, {STREAM: ">"}, count=count - len(entries))
-        for _, items in response or []:
-            entries.extend(items)
-    if not entries:
-        return 0
-    samples = [s for _, fields in entries if (s := _sample(fields)) is not None]
-    file_under_steps(samples)
-    with transaction.atomic():
-        RequestSample.objects.bulk_create(samples, ignore_conflicts=True)
-    # After the commit: a crash before this line leaves the entries pending, to be claimed again.
-    client.xack(STREAM, GROUP, *[entry_id for entry_id, _ in entries])
-    return len(entries)
+    return _GROUP.consume(consumer=consumer, count=count, claim_idle_ms=CLAIM_IDLE_MS)

@@ -1,4 +1,5 @@
-"""All writes of the evaluation app: feedback, sample retention, deployment costs, verdicts."""
+"""All writes of the evaluation app: samples and their retention, feedback, deployment costs,
+verdicts."""
 
 from __future__ import annotations
 
@@ -69,6 +70,16 @@ def feedback_record(
             sample=sample, defaults={"value": value, "note": note}
         )
     return feedback
+
+
+def request_samples_store(*, samples: list[RequestSample]) -> None:
+    """Stores the gateway's request records, in one transaction. A response id already stored
+    is skipped: the stream hands an entry out again when its consumer died after committing
+    and before acknowledging it.
+
+    Not audited, like feedback: samples are measurement."""
+    with transaction.atomic():
+        RequestSample.objects.bulk_create(samples, ignore_conflicts=True)
 
 
 def samples_prune(*, now: dt.datetime | None = None, batch: int = 5000, batches: int = 20) -> int:

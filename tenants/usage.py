@@ -17,27 +17,27 @@ and nothing to get wrong twice.
 from __future__ import annotations
 
 import datetime as dt
-import logging
-import socket
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import redis
 from django.db import connection, transaction
 from django.utils import timezone
 
-from controlplane.redis import get_redis
+from controlplane import streams
+from gateway.measure import Sample
 from tenants.choices import Granularity
 from tenants.models import RecentRejection, Tenant, UsageEntry, UsageRollup
 
-logger = logging.getLogger(__name__)
-
-STREAM = "tollgate:samples"
+STREAM = streams.STREAM
 GROUP = "tollgate-usage"
 BATCH = 5000
 CLAIM_IDLE_MS = 30_000
+# The record fields usage is counted from: those it must carry, and those that may be missing
+# (the others, latencies and the like, may hold anything).
+REQUIRED = frozenset({"ts", "tenant", "status"})
+OPTIONAL = frozenset({"rid", "route", "arm", "dep", "key", "finish", "pt", "ot", "cost", "reason"})
 # How many refusals each tenant's dashboard can list.
 RECENT_REJECTIONS_KEPT = 50
 # Minute rows older than this are dropped by compaction (the hour rows hold their totals).
@@ -74,30 +74,27 @@ class Record:
         return not self.rejected and (self.finish == "error" or self.status >= 500)
 
 
-def parse(fields: dict[Any, Any]) -> Record | None:
-    try:
-        raw = fields[b"r"] if b"r" in fields else fields["r"]
-        record = orjson.loads(raw)
-        key = record.get("key")
-        return Record(
-            ts=dt.datetime.fromtimestamp(float(record["ts"]), tz=dt.UTC),
-            tenant=str(record["tenant"]),
-            route=str(record.get("route") or "")[:100],
-            arm=str(record.get("arm") or "")[:100],
-            deployment=str(record.get("dep") or "")[:64],
-            status=int(record["status"]),
-            finish=str(record.get("finish") or ""),
-            prompt_tokens=max(0, int(record.get("pt") or 0)),
-            output_tokens=max(0, int(record.get("ot") or 0)),
-            cost=max(0.0, float(record.get("cost") or 0.0)),
-            reason=str(record.get("reason") or "unknown")[:64],
-            request_id=str(record.get("rid") or "")[:100],
-            key_id=int(key) if key is not None and str(key).isdigit() else None,
-        )
-    except (KeyError, TypeError, ValueError, orjson.JSONDecodeError) as exc:
-        # Acknowledged and dropped: retrying a malformed record would never succeed.
-        logger.warning("dropping a malformed sample: %s", exc)
-        return None
+def _record(sample: Sample) -> Record:
+    return Record(
+        ts=dt.datetime.fromtimestamp(sample.ts, tz=dt.UTC),
+        tenant=sample.tenant,
+        route=sample.route[:100],
+        arm=sample.arm[:100],
+        deployment=sample.dep[:64],
+        status=sample.status,
+        finish=sample.finish or "",
+        prompt_tokens=max(0, sample.pt),
+        output_tokens=max(0, sample.ot),
+        cost=max(0.0, sample.cost),
+        reason=(sample.reason or "unknown")[:64],
+        request_id=sample.rid[:100],
+        key_id=int(sample.key) if sample.key.isdigit() else None,
+    )
+
+
+def parse(entry: dict[Any, Any]) -> Record | None:
+    """The entry's record, or None when it is malformed (it is acknowledged and dropped)."""
+    return _GROUP.parse(entry)
 
 
 @dataclass
@@ -266,39 +263,19 @@ def record_entries(entries: list[tuple[str, Record | None]]) -> int:
     return len(fresh)
 
 
-def _ensure_group(client: redis.Redis) -> None:
-    try:
-        client.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
-    except redis.ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
-
-
-def _decode(entry_id: Any) -> str:
-    return entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+_GROUP = streams.SampleGroup(
+    group=GROUP, required=REQUIRED, optional=OPTIONAL, convert=_record, store=record_entries
+)
+# (the tests set the group up and read entries by hand)
+_ensure_group = _GROUP.ensure_group
+_decode = streams.entry_id
 
 
 def consume(*, consumer: str | None = None, count: int = BATCH) -> int:
     """Counts one batch (claimed stale entries first, then new ones); returns how many entries
-    it took off the stream (malformed and already-counted ones included)."""
-    client = get_redis()
-    _ensure_group(client)
-    name = consumer or socket.gethostname()
-    # (redis-py's stubs do not describe these replies; their shapes are Redis's documented ones.)
-    claimed: Any = client.xautoclaim(STREAM, GROUP, name, CLAIM_IDLE_MS, "0-0", count=count)
-    raw: list[tuple[Any, dict[Any, Any]]] = list(claimed[1])
-    if len(raw) < count:
-        response: Any = client.xreadgroup(GROUP, name, {STREAM: ">"}, count=count - len(raw))
-        for _, items in response or []:
-            raw.extend(items)
-    if not raw:
-        return 0
-    entries = [(_decode(entry_id), parse(fields)) for entry_id, fields in raw]
-    record_entries(entries)
-    # After the commit: a crash before this line leaves the entries pending, to be claimed again,
-    # and UsageEntry makes the second pass count nothing.
-    client.xack(STREAM, GROUP, *[entry_id for entry_id, _ in entries])
-    return len(entries)
+    it took off the stream (malformed and already-counted ones included). An entry claimed again
+    after its first consumer committed counts nothing the second time (UsageEntry)."""
+    return _GROUP.consume(consumer=consumer, count=count, claim_idle_ms=CLAIM_IDLE_MS)
 
 
 def compact(*, now: dt.datetime | None = None) -> int:
