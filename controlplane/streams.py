@@ -1,6 +1,6 @@
 """Reading the gateway's request records off its Redis stream, for each app that consumes them.
 
-The gateway appends one `gateway.measure.Sample` per finished request to the samples stream
+The gateway appends one `gateway.sample.Sample` per finished request to the samples stream
 (compact JSON under the field `r`). The evaluation app stores them for the judge and the tenants
 app counts them as usage, each through a consumer group of its own, so each sees every entry.
 Both read the same way, here:
@@ -29,7 +29,7 @@ import orjson
 import redis
 
 from controlplane.redis import get_redis
-from gateway.measure import Sample
+from gateway.sample import Sample
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from django.db.models import Min
 from controlplane import streams
 from evaluation.models import RequestSample
 from evaluation.services import request_samples_store
-from gateway.measure import Sample
+from gateway.sample import Sample
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout, RolloutEvent
 

@@ -18,14 +18,14 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import redis.asyncio as redis
 
 from gateway import measure
-from gateway.budgets import Budgets, Refusal, Reservation
+from gateway.budgets import Budgets, Refusal
+from gateway.call import Call
 from gateway.errors import GatewayError, bad_request
 from gateway.ledger import Ledger, Settlement
 from gateway.proxy import Progress, Upstream, UpstreamCutOff, UpstreamFailed, assemble, relay
@@ -39,7 +39,7 @@ from gateway.requests import (
 )
 from gateway.routing import ReplicaLoad, choose_arm, choose_replica, match_rule
 from gateway.settings import Settings
-from gateway.snapshot import ApiKey, Arm, Deployment, Route, Snapshot, Tenant
+from gateway.snapshot import ApiKey, Arm, Route, Snapshot, Tenant
 from gateway.store import SnapshotStore
 from gateway.tokens import PromptCount, exact_count, prompt_bound
 from gateway.tools import ToolChecker
@@ -56,31 +56,6 @@ FORCE_ARM_HEADER = b"x-tollgate-arm"
 SESSION_HEADER = b"x-session-id"
 # Shedding order at peak: how far past a deployment's limits each tier is still admitted.
 SHED_HEADROOM = {"batch": 1.0, "standard": 1.25, "critical": None}
-
-
-@dataclass
-class Call:
-    """One request on its way through the gateway."""
-
-    request_id: str
-    arrival: float
-    started: float
-    chat: bool
-    payload: dict[str, Any]
-    tenant: Tenant
-    route: Route
-    arm: Arm
-    deployment: Deployment
-    key_id: str
-    prompt_estimate: int  # the deployment's count, or a rough one (gateway.requests)
-    prompt_reserved: int  # never below the real count (gateway.tokens)
-    allowance: int
-    client_streams: bool
-    client_wants_usage: bool
-    concurrency: int
-    send_max_tokens: bool = True  # False: the replica fills in what its context leaves
-    replica_id: str = ""
-    reservation: Reservation | None = None
 
 
 class GatewayApp:
@@ -229,7 +204,15 @@ class GatewayApp:
         route = self._resolve_route(snapshot, key, tenant, payload["model"])
         fallback = self._soft_limit_route(snapshot, tenant) if tenant.over_soft_limit else None
         call = self._plan(
-            scope, snapshot, key, tenant, fallback or route, payload, chat, arrival, started
+            scope=scope,
+            snapshot=snapshot,
+            key=key,
+            tenant=tenant,
+            route=fallback or route,
+            payload=payload,
+            chat=chat,
+            arrival=arrival,
+            started=started,
         )
         if tenant.over_soft_limit and fallback is None:
             self._record_rejection(call, 429, "soft_limit")
@@ -307,6 +290,7 @@ class GatewayApp:
 
     def _plan(
         self,
+        *,
         scope: Scope,
         snapshot: Snapshot,
         key: ApiKey,
@@ -624,30 +608,7 @@ class GatewayApp:
         """Counts a refusal and records it on the samples stream, so that usage accounting and
         the judge see rejections by reason and by arm."""
         measure.REJECTIONS.labels(call.route.name, call.tenant.slug, reason).inc()
-        sample = measure.Sample(
-            ts=call.arrival,
-            rid=call.request_id,
-            route=call.route.name,
-            arm=call.arm.name,
-            dep=call.deployment.id,
-            rollout=call.route.rollout_id,
-            tenant=call.tenant.slug,
-            key=call.key_id,
-            replica="",
-            status=status,
-            finish="rejected",
-            pt=call.prompt_estimate,
-            ot=0,
-            ttft_ms=None,
-            tpot_ms=None,
-            e2e_ms=_ms(time.monotonic() - call.started),
-            tool=None,
-            conc=call.concurrency,
-            stream=call.client_streams,
-            cost=0.0,
-            reason=reason,
-        )
-        self.ledger.record(settlement, sample)
+        self.ledger.record(settlement, call.rejection(status, reason))
 
     async def _finish(self, call: Call, progress: Progress) -> None:
         """Settles and records the request, whatever checking its tool calls does: a request
@@ -664,49 +625,10 @@ class GatewayApp:
         else:
             self._record(call, progress, outcome)
 
-    def _record(self, call: Call, progress: Progress, outcome: str | None) -> None:
-        usage = progress.usage or {}
-        client_left = progress.client_left
-        reached = bool(call.replica_id) and progress.status not in (0, 502)
-        prompt_tokens = int(usage.get("prompt_tokens") or (call.prompt_estimate if reached else 0))
-        output_tokens = int(usage.get("completion_tokens") or progress.token_events)
-        settlement = None
-        if call.reservation is not None:
-            settlement = Settlement(call.reservation, prompt_tokens, output_tokens)
-        tpot = None
-        if progress.first_token_at and progress.last_token_at and progress.token_events > 1:
-            tpot = (progress.last_token_at - progress.first_token_at) / (progress.token_events - 1)
-        finish = "abort" if client_left else progress.finish_reason
-        sample = measure.Sample(
-            ts=call.arrival,
-            rid=progress.response_id or call.request_id,
-            route=call.route.name,
-            arm=call.arm.name,
-            dep=call.deployment.id,
-            rollout=call.route.rollout_id,
-            tenant=call.tenant.slug,
-            key=call.key_id,
-            replica=call.replica_id,
-            status=499 if client_left else (progress.status or 502),
-            finish=finish,
-            pt=prompt_tokens,
-            ot=output_tokens,
-            ttft_ms=_ms(progress.first_token_at - call.started)
-            if progress.first_token_at
-            else None,
-            tpot_ms=_ms(tpot) if tpot is not None else None,
-            e2e_ms=_ms(time.monotonic() - call.started),
-            tool=outcome,
-            conc=call.concurrency,
-            stream=call.client_streams,
-            cost=(prompt_tokens + output_tokens) * call.deployment.cost_per_million_tokens / 1e6,
-        )
+    def _record(self, call: Call, progress: Progress, tool: str | None) -> None:
+        settlement, sample = call.outcome(progress, tool)
         measure.observe(sample)
         self.ledger.record(settlement, sample)
-
-
-def _ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
 
 
 def _sse() -> list[tuple[bytes, bytes]]:

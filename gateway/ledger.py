@@ -26,7 +26,7 @@ import redis.asyncio as redis
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.budgets import SETTLE, Reservation, settle_args
-from gateway.measure import Sample
+from gateway.sample import Sample
 
 logger = logging.getLogger(__name__)
 

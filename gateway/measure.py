@@ -9,9 +9,10 @@ never on the client's critical path. The metrics are served on a listener of the
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from gateway.sample import Sample
 
 logger = logging.getLogger("gateway.measure")
 
@@ -62,35 +63,6 @@ OVERHEAD = Histogram(
     buckets=OVERHEAD_BUCKETS,
 )
 IN_FLIGHT = Gauge("tollgate_gateway_in_flight", "Requests in flight.", multiprocess_mode="livesum")
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One finished request, as appended to the samples stream (short keys keep it compact)."""
-
-    ts: float  # unix time at arrival
-    rid: str
-    route: str
-    arm: str
-    dep: str
-    rollout: str | None
-    tenant: str
-    key: str  # the API key's id, for its last-used time
-    replica: str
-    status: int
-    finish: str | None  # stop, length, tool_calls, abort (client left), error
-    pt: int  # prompt tokens (from the upstream's usage)
-    ot: int  # output tokens
-    ttft_ms: float | None
-    tpot_ms: float | None
-    e2e_ms: float
-    tool: str | None  # None (no tools), no_call, valid, invalid_json, invalid_schema, unchecked
-    conc: int  # requests this gateway process had in flight to the deployment at start
-    stream: bool
-    cost: float  # dollars, from the deployment's unit cost
-    # Why the gateway refused the request before it reached a replica (finish "rejected"): the
-    # budget limit that fired, "shed" or "budget_store"; None for requests that were served.
-    reason: str | None = None
 
 
 def observe(sample: Sample) -> None:

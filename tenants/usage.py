@@ -26,7 +26,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from controlplane import streams
-from gateway.measure import Sample
+from gateway.sample import Sample
 from tenants.choices import Granularity
 from tenants.models import RecentRejection, Tenant, UsageEntry, UsageRollup
 

@@ -16,7 +16,7 @@ import redis.asyncio as redis
 from gateway.budget_keys import limiter_usage
 from gateway.budgets import Budgets, Reservation
 from gateway.ledger import Ledger, Settlement
-from gateway.measure import Sample
+from gateway.sample import Sample
 from gateway.snapshot import Budget
 from gateway.wire import RedisWire
 from tests.gateway.test_budgets import NOW, admit
