@@ -7,16 +7,15 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from controlplane.health import CHECKS, gateway_snapshot_left_out, run_check, worker_heartbeat
-from controlplane.http import HtmxHttpRequest
-from tenants.models import User
+from controlplane.web import SignedInRequest
 
 
 @require_GET
 @login_required
-def home(request: HtmxHttpRequest) -> HttpResponse:
+def home(request: SignedInRequest) -> HttpResponse:
     """The landing page; with htmx it returns only the service-status fragment it polls."""
     # The rows name tenants: release managers only.
-    release_manager = isinstance(request.user, User) and request.user.is_release_manager
+    release_manager = request.user.is_release_manager
     context = {
         "checks": {name: run_check(check) for name, check in CHECKS.items()},
         "workers": worker_heartbeat(),

@@ -11,13 +11,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HTMX_STOP_POLLING
 
-from controlplane.errors import NotFound
+from controlplane.web import domain_errors_as_http
 from evaluation import charts, report, selectors
 from rollouts.choices import TERMINAL_STATES
 
 POLL_EVERY = "5s"
-HTMX_STOP_POLLING = 286
 FLEET_ROWS = (
     ("kv_cache_usage", "KV-cache usage", "{:.0%}"),
     ("waiting_requests", "Waiting requests", "{:.0f}"),
@@ -96,10 +96,8 @@ def _step(request: HttpRequest, steps: int) -> int | None:
 @login_required
 @vary_on_headers("HX-Request")
 def rollout_report(request: HttpRequest, rollout_id: int) -> HttpResponse:
-    try:
+    with domain_errors_as_http():
         rollout = selectors.report_rollout(request.user, rollout_id)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
     steps = rollout.parsed_plan.steps
     built = report.build(rollout, step=_step(request, len(steps)))
     context: dict[str, Any] = {

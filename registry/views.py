@@ -12,7 +12,6 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import Http404, HttpResponse
@@ -23,12 +22,11 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget
 
 from controlplane.errors import Conflict, DomainError
-from controlplane.http import HtmxHttpRequest
+from controlplane.web import SignedInRequest, release_manager, wants_fragment
 from registry import graph, selectors, services
 from registry.choices import ArtifactFormat
 from registry.forms import AliasMoveForm, ArtifactFilterForm
 from registry.models import Alias, AliasMove, ModelArtifact
-from tenants.models import User
 
 PAGE_SIZE = 50
 HISTORY_LIMIT = 50
@@ -39,18 +37,6 @@ HISTORY_LIMIT = 50
 # the query at this depth (selectors.NEAR_DEPTH), ~7 ms at 4, ~16 ms at 6, ~55 ms at 8, where the
 # whole lineage (7,700 artifacts, 22,000 edges) takes ~270 ms.
 GRAPH_DEPTH = 4
-
-
-def _wants_fragment(request: HtmxHttpRequest) -> bool:
-    # A history restore (back button after htmx's cache is gone) needs the whole page.
-    return bool(request.htmx) and not request.htmx.history_restore_request
-
-
-def _release_manager(request: HtmxHttpRequest) -> User:
-    user = request.user
-    if not isinstance(user, User) or not user.is_release_manager:
-        raise PermissionDenied("only release managers may move aliases")
-    return user
 
 
 def artifact_url(artifact: selectors.Named) -> str:
@@ -68,7 +54,7 @@ def _alias_names() -> list[str]:
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
-def artifact_list(request: HtmxHttpRequest) -> HttpResponse:
+def artifact_list(request: SignedInRequest) -> HttpResponse:
     """Search and filters refresh only the rows (and the pager) with htmx; without JS the same
     form is a plain GET of this URL."""
     form = ArtifactFilterForm(request.GET)
@@ -83,7 +69,7 @@ def artifact_list(request: HtmxHttpRequest) -> HttpResponse:
     page = Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
     context: dict[str, Any] = {"form": form, "page": page}
     template = "registry/artifact_list.html"
-    if _wants_fragment(request):
+    if wants_fragment(request):
         template += "#artifact-rows"
     else:
         context |= {
@@ -151,24 +137,21 @@ def _page_context(artifact: ModelArtifact) -> dict[str, Any]:
     }
 
 
-def _may_move(request: HtmxHttpRequest) -> bool:
-    return isinstance(request.user, User) and request.user.is_release_manager
-
-
 @require_GET
 @login_required
-def artifact_detail(request: HtmxHttpRequest, family: str, version: str) -> HttpResponse:
+def artifact_detail(request: SignedInRequest, family: str, version: str) -> HttpResponse:
     artifact = _artifact_or_404(family, version)
     context = _page_context(artifact)
-    context |= {"can_move": _may_move(request), "move_form": AliasMoveForm(), "step": "form"}
+    can_move = request.user.is_release_manager
+    context |= {"can_move": can_move, "move_form": AliasMoveForm(), "step": "form"}
     return render(request, "registry/artifact_detail.html", context)
 
 
 @require_POST
 @login_required
-def alias_move(request: HtmxHttpRequest, family: str, version: str) -> HttpResponse:
+def alias_move(request: SignedInRequest, family: str, version: str) -> HttpResponse:
     """Two posts: the first shows the change to confirm, the second (with `confirm`) makes it."""
-    actor = _release_manager(request)
+    actor = release_manager(request, to="move aliases")
     artifact = _artifact_or_404(family, version)
     form = AliasMoveForm(request.POST)
     step = "form"
@@ -199,7 +182,7 @@ def alias_move(request: HtmxHttpRequest, family: str, version: str) -> HttpRespo
                 form.add_error(None, str(exc))
             else:
                 messages.success(request, f"{family}@{name} now points at {artifact}.")
-                if not _wants_fragment(request):
+                if not wants_fragment(request):
                     return redirect(artifact_url(artifact))
                 # Badges, graph, deltas against production and history all change: swap the
                 # whole page body in place.
@@ -214,7 +197,7 @@ def alias_move(request: HtmxHttpRequest, family: str, version: str) -> HttpRespo
         "current": current,
         "unchanged": current is not None and current.pk == artifact.pk,
     }
-    if _wants_fragment(request):
+    if wants_fragment(request):
         context = {
             "artifact": artifact,
             "alias_names": list(Alias.objects.filter(family=family).values_list("name", flat=True)),

@@ -13,21 +13,19 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from controlplane.errors import DomainError, NotFound
-from controlplane.http import HtmxHttpRequest
-from rollouts import selectors, services
+from controlplane.errors import DomainError
+from controlplane.web import SignedInRequest, domain_errors_as_http, release_manager
+from rollouts import selectors
 from rollouts.choices import DeploymentState
 from rollouts.forms import RouteRuleDeleteForm, RouteRuleEditForm, RouteRuleForm
 from rollouts.models import Route, RouteRule
-from rollouts.views import _is_release_manager, _release_manager
+from rollouts.services import rules as services
 from tenants.models import User
 
 
-def _route_or_404(request: HtmxHttpRequest, name: str) -> Route:
-    try:
+def _route_or_404(request: SignedInRequest, name: str) -> Route:
+    with domain_errors_as_http():
         return selectors.route_for(request.user, name)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
 
 
 def _rule_or_404(actor: User, route: Route, name: str) -> RouteRule:
@@ -51,7 +49,7 @@ def route_url(route: Route) -> str:
 
 @require_GET
 @login_required
-def route_list(request: HtmxHttpRequest) -> HttpResponse:
+def route_list(request: SignedInRequest) -> HttpResponse:
     routes = (
         selectors.visible_routes(request.user)
         .select_related("baseline__artifact", "canary__artifact")
@@ -66,7 +64,7 @@ def route_list(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def _detail_context(
-    request: HtmxHttpRequest,
+    request: SignedInRequest,
     route: Route,
     form: RouteRuleForm | None = None,
     delete_form: RouteRuleDeleteForm | None = None,
@@ -75,7 +73,7 @@ def _detail_context(
         (rule, selectors.visible_tenant_slugs(request.user, rule.tenants.all()))
         for rule in selectors.visible_rules(request.user, route)
     ]
-    may_edit = _is_release_manager(request)
+    may_edit = request.user.is_release_manager
     return {
         "route": route,
         "tenants": selectors.visible_tenant_slugs(request.user, route.tenants.all()),
@@ -89,15 +87,15 @@ def _detail_context(
 
 @require_GET
 @login_required
-def route_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
+def route_detail(request: SignedInRequest, name: str) -> HttpResponse:
     route = _route_or_404(request, name)
     return render(request, "rollouts/route_detail.html", _detail_context(request, route))
 
 
 @require_POST
 @login_required
-def route_rule_add(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    actor = _release_manager(request)
+def route_rule_add(request: SignedInRequest, name: str) -> HttpResponse:
+    actor = release_manager(request, to="change route rules")
     route = _route_or_404(request, name)
     form = RouteRuleForm(request.POST)
     if form.is_valid():
@@ -117,10 +115,10 @@ def route_rule_add(request: HtmxHttpRequest, name: str) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def route_rule_edit(request: HtmxHttpRequest, name: str, rule_name: str) -> HttpResponse:
+def route_rule_edit(request: SignedInRequest, name: str, rule_name: str) -> HttpResponse:
     """Replaces what a rule matches and where it sends it; its name stays (past samples carry
     it as their arm)."""
-    actor = _release_manager(request)
+    actor = release_manager(request, to="change route rules")
     route = _route_or_404(request, name)
     rule = _rule_or_404(actor, route, rule_name)
     if request.method == "GET":
@@ -153,8 +151,8 @@ def route_rule_edit(request: HtmxHttpRequest, name: str, rule_name: str) -> Http
 
 @require_POST
 @login_required
-def route_rule_delete(request: HtmxHttpRequest, name: str, rule_name: str) -> HttpResponse:
-    actor = _release_manager(request)
+def route_rule_delete(request: SignedInRequest, name: str, rule_name: str) -> HttpResponse:
+    actor = release_manager(request, to="change route rules")
     route = _route_or_404(request, name)
     rule = _rule_or_404(actor, route, rule_name)
     form = RouteRuleDeleteForm(request.POST)

@@ -5,24 +5,22 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from controlplane.errors import DomainError, NotFound
-from controlplane.http import HtmxHttpRequest
-from rollouts import selectors, services
+from controlplane.errors import DomainError
+from controlplane.web import SignedInRequest, domain_errors_as_http, release_manager
+from rollouts import selectors
 from rollouts.forms import PlanTemplateCreateForm, PlanTemplateForm, describe_gates
 from rollouts.models import PlanTemplate
-from rollouts.views import _is_release_manager, _release_manager
+from rollouts.services import templates as services
 
 
 def _template_or_404(name: str) -> PlanTemplate:
-    try:
+    with domain_errors_as_http():
         return selectors.plan_template_named(name)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
 
 
 def template_url(template: PlanTemplate) -> str:
@@ -31,13 +29,13 @@ def template_url(template: PlanTemplate) -> str:
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def template_list(request: HtmxHttpRequest) -> HttpResponse:
+def template_list(request: SignedInRequest) -> HttpResponse:
     """The templates, and for release managers a form that saves a new one."""
-    may_edit = _is_release_manager(request)
+    may_edit = request.user.is_release_manager
     form = PlanTemplateCreateForm() if may_edit else None
     status = 200
     if request.method == "POST":
-        actor = _release_manager(request)
+        actor = release_manager(request, to="save plan templates")
         form = PlanTemplateCreateForm(request.POST)
         if form.is_valid():
             values = form.cleaned_data
@@ -64,14 +62,14 @@ def template_list(request: HtmxHttpRequest) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def template_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
+def template_detail(request: SignedInRequest, name: str) -> HttpResponse:
     """A template; release managers edit it in place (rollouts already created keep their copy)."""
     template = _template_or_404(name)
-    may_edit = _is_release_manager(request)
+    may_edit = request.user.is_release_manager
     form = PlanTemplateForm(template=template)
     status = 200
     if request.method == "POST":
-        actor = _release_manager(request)
+        actor = release_manager(request, to="save plan templates")
         form = PlanTemplateForm(request.POST, template=template)
         if form.is_valid():
             values = form.cleaned_data
@@ -100,8 +98,8 @@ def template_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def template_delete(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    actor = _release_manager(request)
+def template_delete(request: SignedInRequest, name: str) -> HttpResponse:
+    actor = release_manager(request, to="delete plan templates")
     template = _template_or_404(name)
     services.plan_template_delete(actor=actor, name=template.name)
     messages.success(request, f"Plan template {name} deleted.")

@@ -15,15 +15,15 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from controlplane.errors import DomainError, NotFound
-from controlplane.http import HtmxHttpRequest
+from controlplane.errors import DomainError
+from controlplane.web import SignedInRequest, domain_errors_as_http, wants_fragment
 from tenants import selectors, services
 from tenants.charts import Chart, line_chart
 from tenants.forms import ApiKeyCreateForm, BudgetForm
@@ -33,16 +33,9 @@ from tenants.models import Budget, Tenant, User
 TIME_FORMATS = {"hour": "%H:%M", "day": "%H:00", "month": "%m-%d"}
 
 
-def _actor(request: HtmxHttpRequest) -> User:
-    assert isinstance(request.user, User)  # noqa: S101 -- login_required has run
-    return request.user
-
-
-def _tenant(request: HtmxHttpRequest, slug: str) -> Tenant:
-    try:
+def _tenant(request: SignedInRequest, slug: str) -> Tenant:
+    with domain_errors_as_http():
         return selectors.tenant_get(request.user, slug)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
 
 
 def dashboard_url(tenant: Tenant) -> str:
@@ -54,8 +47,8 @@ def dashboard_url(tenant: Tenant) -> str:
 
 @require_GET
 @login_required
-def tenant_list(request: HtmxHttpRequest) -> HttpResponse:
-    user = _actor(request)
+def tenant_list(request: SignedInRequest) -> HttpResponse:
+    user = request.user
     if user.is_tenant_admin and user.tenant is not None:
         return redirect(dashboard_url(user.tenant))
     sort = request.GET.get("sort", "usage")
@@ -105,7 +98,7 @@ def _charts(series: selectors.Series) -> list[Chart]:
     ]
 
 
-def _dashboard_context(request: HtmxHttpRequest, tenant: Tenant, **extra: Any) -> dict[str, Any]:
+def _dashboard_context(request: SignedInRequest, tenant: Tenant, **extra: Any) -> dict[str, Any]:
     window_name = request.GET.get("range", selectors.DEFAULT_WINDOW)
     window = selectors.WINDOWS.get(window_name) or selectors.WINDOWS[selectors.DEFAULT_WINDOW]
     series = selectors.usage_series(tenant, window)
@@ -136,10 +129,10 @@ def _dashboard_context(request: HtmxHttpRequest, tenant: Tenant, **extra: Any) -
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
-def tenant_dashboard(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+def tenant_dashboard(request: SignedInRequest, slug: str) -> HttpResponse:
     tenant = _tenant(request, slug)
     template = "tenants/tenant_dashboard.html"
-    if request.htmx and not request.htmx.history_restore_request:
+    if wants_fragment(request):
         template += "#usage-charts"
     return render(request, template, _dashboard_context(request, tenant))
 
@@ -147,16 +140,16 @@ def tenant_dashboard(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 # --- API keys -------------------------------------------------------------------------------------
 
 
-def _key_manager(request: HtmxHttpRequest, slug: str) -> tuple[User, Tenant]:
+def _key_manager(request: SignedInRequest, slug: str) -> tuple[User, Tenant]:
     tenant = _tenant(request, slug)
     if not selectors.may_manage_keys(request.user, tenant):
         raise PermissionDenied("only this tenant's admins and release managers manage its keys")
-    return _actor(request), tenant
+    return request.user, tenant
 
 
 @require_POST
 @login_required
-def api_key_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+def api_key_create(request: SignedInRequest, slug: str) -> HttpResponse:
     actor, tenant = _key_manager(request, slug)
     form = ApiKeyCreateForm(request.POST, routes=selectors.routes_open_to(tenant))
     if form.is_valid():
@@ -182,12 +175,10 @@ def api_key_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def api_key_revoke(request: HtmxHttpRequest, slug: str, key_id: int) -> HttpResponse:
+def api_key_revoke(request: SignedInRequest, slug: str, key_id: int) -> HttpResponse:
     actor, tenant = _key_manager(request, slug)
-    try:
+    with domain_errors_as_http():
         key = selectors.api_key_get(tenant, key_id)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
     services.api_key_revoke(actor=actor, key_id=key.pk)
     messages.success(request, f"Key {key.name} ({key.prefix}…) is revoked.")
     return redirect(dashboard_url(tenant) + "#keys")
@@ -206,7 +197,7 @@ def _display(budget: Budget, name: str, value: Any) -> str:
 
 @require_http_methods(["GET", "POST"])
 @login_required
-def budget_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+def budget_edit(request: SignedInRequest, slug: str) -> HttpResponse:
     """Editing is two steps: the form, then a page that shows each change (old → new) and saves
     only when confirmed. Nothing is written before the confirmation."""
     tenant = _tenant(request, slug)
@@ -234,7 +225,7 @@ def budget_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         return render(request, "tenants/budget_edit.html", confirm)
     try:
         services.budget_set_confirmed(
-            actor=_actor(request),
+            actor=request.user,
             tenant=tenant,
             reason=form.cleaned_data["reason"],
             expected_version=form.cleaned_data["reviewed_version"] or "new",
@@ -258,7 +249,7 @@ class _Echo:
 
 @require_GET
 @login_required
-def usage_export(request: HtmxHttpRequest, slug: str) -> StreamingHttpResponse:
+def usage_export(request: SignedInRequest, slug: str) -> StreamingHttpResponse:
     """The tenant's hour rows of the last 30 days as CSV, for spreadsheets and invoices."""
     tenant = _tenant(request, slug)
     since = timezone.now() - dt.timedelta(days=30)
