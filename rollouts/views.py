@@ -2,18 +2,17 @@
 the create form. Each role reads the rollouts of the routes it may see (`selectors.visible_routes`:
 a tenant admin only those open to their tenant); only release managers start or steer one.
 
-Each view renders the whole page, or with htmx only the fragment (a template partial) it swaps.
+Each view renders the whole page, or with htmx only the fragment (a template partial) it swaps;
+the rows a rollout's page draws (timeline, gates, actions) are built in `presentation`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Case, IntegerField, Value, When
 from django.http import Http404, HttpResponse
@@ -25,11 +24,10 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HTMX_STOP_POLLING
 
 from controlplane.errors import DomainError
-from controlplane.http import HtmxHttpRequest
+from controlplane.web import SignedInRequest, release_manager, wants_fragment
 from registry.selectors import gates_check
-from rollouts import engine, selectors, services
+from rollouts import engine, selectors
 from rollouts.choices import LIVE_STATES, TERMINAL_STATES, RolloutState
-from rollouts.engine import ArmStats
 from rollouts.forms import (
     RolloutActionForm,
     RolloutCreateForm,
@@ -37,29 +35,13 @@ from rollouts.forms import (
     candidate_deployments,
 )
 from rollouts.models import Deployment, Rollout
-from rollouts.plans import SloGates
-from tenants.models import User
+from rollouts.presentation import ACTION_LABELS, allowed_actions, gate_rows, timeline
+from rollouts.services import rollouts as services
 
 S = RolloutState
 PAGE_SIZE = 50
 # The rollout page polls this often while the rollout is live; the engine ticks every 2 s.
 POLL_EVERY = "2s"
-
-
-def _wants_fragment(request: HtmxHttpRequest) -> bool:
-    # A history restore (back button after htmx's cache is gone) needs the whole page.
-    return bool(request.htmx) and not request.htmx.history_restore_request
-
-
-def _is_release_manager(request: HtmxHttpRequest) -> bool:
-    return isinstance(request.user, User) and request.user.is_release_manager
-
-
-def _release_manager(request: HtmxHttpRequest) -> User:
-    user = request.user
-    if not isinstance(user, User) or not user.is_release_manager:
-        raise PermissionDenied("only release managers may start or steer a rollout")
-    return user
 
 
 def rollout_url(rollout: Rollout) -> str:
@@ -72,7 +54,7 @@ def rollout_url(rollout: Rollout) -> str:
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
-def rollout_list(request: HtmxHttpRequest) -> HttpResponse:
+def rollout_list(request: SignedInRequest) -> HttpResponse:
     """Live rollouts first, then the rest newest first. The state tabs refresh only the rows with
     htmx; without JS they are plain links to this URL."""
     form = RolloutFilterForm(request.GET)
@@ -95,10 +77,10 @@ def rollout_list(request: HtmxHttpRequest) -> HttpResponse:
         "state": state,
         "tabs": [("", "All"), ("live", "Live"), ("terminal", "Ended")],
         "live_states": LIVE_STATES,
-        "can_create": _is_release_manager(request),
+        "can_create": request.user.is_release_manager,
     }
     template = "rollouts/rollout_list.html"
-    if _wants_fragment(request):
+    if wants_fragment(request):
         template += "#rollout-rows"
     return render(request, template, context)
 
@@ -106,122 +88,12 @@ def rollout_list(request: HtmxHttpRequest) -> HttpResponse:
 # --- a rollout's page -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TimelineStep:
-    number: int
-    weight: float
-    min_bake_s: int
-    min_samples: int
-    status: str  # done, current, stopped (where a rollout ended short of promotion) or todo
-
-
-@dataclass(frozen=True)
-class GateRow:
-    """One SLO gate against the current step's samples of each arm."""
-
-    name: str
-    limit: str
-    baseline: str
-    canary: str
-    baseline_ok: bool | None  # None: no samples or no limit to judge by
-    canary_ok: bool | None
-
-
-def _timeline(rollout: Rollout) -> list[TimelineStep]:
-    current = rollout.step_index
-    rows = []
-    for index, step in enumerate(rollout.parsed_plan.steps):
-        if rollout.state == S.PROMOTED or index < current:
-            status = "done"
-        elif index == current and rollout.state in (S.RUNNING, S.PAUSED):
-            status = "current"
-        elif index == current and rollout.state in (S.ROLLED_BACK, S.ABORTED):
-            status = "stopped"
-        else:
-            status = "todo"
-        rows.append(TimelineStep(index + 1, step.weight, step.min_bake_s, step.min_samples, status))
-    return rows
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0f} ms"
-
-
-def _gate_rows(stats: dict[str, ArmStats], gates: SloGates) -> list[GateRow]:
-    base, canary = stats["baseline"], stats["canary"]
-
-    def under(value: float | None, limit: float | None, samples: int) -> bool | None:
-        if not samples or value is None or limit is None:
-            return None
-        return value <= limit
-
-    return [
-        GateRow(
-            "Error rate",
-            f"≤ {gates.max_error_rate:.1%}",
-            f"{base.error_rate:.1%}",
-            f"{canary.error_rate:.1%}",
-            under(base.error_rate, gates.max_error_rate, base.samples),
-            under(canary.error_rate, gates.max_error_rate, canary.samples),
-        ),
-        GateRow(
-            "Timeout rate",
-            f"≤ {gates.max_timeout_rate:.1%}",
-            f"{base.timeout_rate:.1%}",
-            f"{canary.timeout_rate:.1%}",
-            under(base.timeout_rate, gates.max_timeout_rate, base.samples),
-            under(canary.timeout_rate, gates.max_timeout_rate, canary.samples),
-        ),
-        GateRow(
-            "TTFT p95",
-            f"≤ {gates.ttft_p95_ms:g} ms" if gates.ttft_p95_ms else "none",
-            _ms(base.ttft_p95_ms),
-            _ms(canary.ttft_p95_ms),
-            under(base.ttft_p95_ms, gates.ttft_p95_ms, base.samples),
-            under(canary.ttft_p95_ms, gates.ttft_p95_ms, canary.samples),
-        ),
-        GateRow(
-            "TPOT p95",
-            f"≤ {gates.tpot_p95_ms:g} ms" if gates.tpot_p95_ms else "none",
-            _ms(base.tpot_p95_ms),
-            _ms(canary.tpot_p95_ms),
-            under(base.tpot_p95_ms, gates.tpot_p95_ms, base.samples),
-            under(canary.tpot_p95_ms, gates.tpot_p95_ms, canary.samples),
-        ),
-    ]
-
-
-def allowed_actions(rollout: Rollout) -> list[str]:
-    """The manual actions that make sense in the rollout's state, in the order they are shown.
-    The service is still the judge: the state may change between the page and the post."""
-    if rollout.state == S.RUNNING:
-        actions = ["pause"]
-        if rollout.step_index + 1 < len(rollout.parsed_plan.steps):
-            actions.append("skip")
-        return [*actions, "promote", "rollback", "abort"]
-    if rollout.state == S.PAUSED:
-        return ["resume", "promote", "rollback", "abort"]
-    if rollout.state in (S.PENDING, S.PREFLIGHT):
-        return ["abort"]
-    return []
-
-
-ACTION_LABELS = {
-    "pause": "Pause",
-    "resume": "Resume",
-    "skip": "Skip to next step",
-    "promote": "Promote now",
-    "rollback": "Roll back",
-    "abort": "Abort",
-}
-
-
 def _marker(rollout: Rollout) -> str:
     """What the controls were drawn for: a poll that finds something else redraws them."""
     return f"{rollout.state}:{rollout.step_index}"
 
 
-def _rollout_or_404(request: HtmxHttpRequest, rollout_id: int) -> Rollout:
+def _rollout_or_404(request: SignedInRequest, rollout_id: int) -> Rollout:
     """The rollout, if the user may see its route; otherwise it does not exist for them."""
     rollout = (
         selectors.visible_rollouts(request.user)
@@ -264,14 +136,14 @@ def _live_context(rollout: Rollout, now: dt.datetime) -> dict[str, Any]:
         "is_live": rollout.state not in TERMINAL_STATES,
         "poll_every": POLL_EVERY,
         "marker": _marker(rollout),
-        "timeline": _timeline(rollout),
+        "timeline": timeline(rollout),
         "step": step,
         "step_number": rollout.step_index + 1,
         "step_count": len(plan.steps),
         "canary_weight": rollout.current_weight,
         "baseline_weight": 100.0 - rollout.current_weight,
         "stats": stats,
-        "gate_rows": _gate_rows(stats, gates) if stats else [],
+        "gate_rows": gate_rows(stats, gates) if stats else [],
         "gates": gates,
         "baked_s": baked_s,
         "decision": decision,
@@ -282,9 +154,9 @@ def _live_context(rollout: Rollout, now: dt.datetime) -> dict[str, Any]:
 
 
 def _controls_context(
-    request: HtmxHttpRequest, rollout: Rollout, form: RolloutActionForm | None = None
+    request: SignedInRequest, rollout: Rollout, form: RolloutActionForm | None = None
 ) -> dict[str, Any]:
-    may_steer = _is_release_manager(request)
+    may_steer = request.user.is_release_manager
     actions = allowed_actions(rollout) if may_steer else []
     return {
         "may_steer": may_steer,
@@ -294,7 +166,7 @@ def _controls_context(
 
 
 def _page_context(
-    request: HtmxHttpRequest, rollout: Rollout, form: RolloutActionForm | None = None
+    request: SignedInRequest, rollout: Rollout, form: RolloutActionForm | None = None
 ) -> dict[str, Any]:
     return _live_context(rollout, timezone.now()) | _controls_context(request, rollout, form)
 
@@ -302,11 +174,11 @@ def _page_context(
 @require_GET
 @login_required
 @vary_on_headers("HX-Request")
-def rollout_detail(request: HtmxHttpRequest, rollout_id: int) -> HttpResponse:
+def rollout_detail(request: SignedInRequest, rollout_id: int) -> HttpResponse:
     """The page; with htmx, the live part it polls. A poll that finds the rollout ended answers
     286 with the final fragment, which htmx swaps in and then stops polling."""
     rollout = _rollout_or_404(request, rollout_id)
-    if not _wants_fragment(request):
+    if not wants_fragment(request):
         return render(request, "rollouts/rollout_detail.html", _page_context(request, rollout))
     context = _live_context(rollout, timezone.now())
     # The controls sit outside the polled part so a reason being typed survives each poll; they
@@ -321,10 +193,10 @@ def rollout_detail(request: HtmxHttpRequest, rollout_id: int) -> HttpResponse:
 
 @require_POST
 @login_required
-def rollout_action(request: HtmxHttpRequest, rollout_id: int) -> HttpResponse:
+def rollout_action(request: SignedInRequest, rollout_id: int) -> HttpResponse:
     """Pause, resume, skip, promote, roll back or abort, with a reason. With htmx the answer is
     the whole page body, since the state, timeline, weights, log and controls all change."""
-    actor = _release_manager(request)
+    actor = release_manager(request, to="start or steer a rollout")
     rollout = _rollout_or_404(request, rollout_id)
     form = RolloutActionForm(request.POST)
     ok = False
@@ -342,7 +214,7 @@ def rollout_action(request: HtmxHttpRequest, rollout_id: int) -> HttpResponse:
         else:
             ok = True
             messages.success(request, f"{ACTION_LABELS[action]}: done.")
-    if not _wants_fragment(request):
+    if not wants_fragment(request):
         if ok:
             return redirect(rollout_url(rollout))
         rollout = _rollout_or_404(request, rollout_id)
@@ -378,11 +250,11 @@ def _chosen(value: str | None) -> Deployment | None:
 @require_http_methods(["GET", "POST"])
 @login_required
 @vary_on_headers("HX-Request")
-def rollout_create(request: HtmxHttpRequest) -> HttpResponse:
+def rollout_create(request: SignedInRequest) -> HttpResponse:
     """Route, candidate and plan. Choosing the candidate shows its promotion gates (with htmx at
     once, without it through the 'Check gates' button) before the create button appears; failing
     gates need a written override."""
-    actor = _release_manager(request)
+    actor = release_manager(request, to="start or steer a rollout")
     template = "rollouts/rollout_create.html"
     data = request.POST if request.method == "POST" else request.GET
     # The chosen plan template seeds the step rows (and brings its gates); the form validates it.
@@ -391,7 +263,7 @@ def rollout_create(request: HtmxHttpRequest) -> HttpResponse:
         # Not a submission: the form is drawn from what was chosen so far, without errors.
         form = RolloutCreateForm(initial=data.dict(), seed=seed)
         context: dict[str, Any] = {"form": form, **_gates_context(_chosen(data.get("candidate")))}
-        if _wants_fragment(request):
+        if wants_fragment(request):
             # Two selects swap fragments: the template's the plan, the candidate's its gates.
             plan = request.htmx.target == "plan-steps"
             template += "#plan-steps" if plan else "#candidate-gates"
