@@ -1,14 +1,26 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from typing import Any
 
-from factory.declarations import LazyAttribute, Sequence, SubFactory
+from django.utils import timezone
+from factory.declarations import (
+    LazyAttribute,
+    LazyFunction,
+    SelfAttribute,
+    Sequence,
+    SubFactory,
+    Trait,
+)
 from factory.django import DjangoModelFactory
 from factory.helpers import post_generation
 
+from evaluation.models import RequestSample
 from registry.choices import ArtifactFormat, EvalSource, Relation
 from registry.models import EvalRun, EvalScore, LineageEdge, ModelArtifact, PromotionGate
+from rollouts.models import Deployment, Fleet, Replica, Rollout, Route
+from rollouts.plans import DEFAULT_PLAN, SloGates
 from tenants.choices import Role
 from tenants.models import Tenant, User
 
@@ -93,3 +105,87 @@ class PromotionGateFactory(DjangoModelFactory[PromotionGate]):
     task = "arc_easy"
     metric = "acc"
     min_value = 0.7
+
+
+class FleetFactory(DjangoModelFactory[Fleet]):
+    class Meta:
+        model = Fleet
+
+    name = Sequence(lambda n: f"fleet-{n}")
+
+
+class ReplicaFactory(DjangoModelFactory[Replica]):
+    class Meta:
+        model = Replica
+
+    fleet = SubFactory(FleetFactory)
+    name = Sequence(lambda n: f"r{n}")
+    base_url = Sequence(lambda n: f"http://127.0.0.1:{9101 + n}")
+
+
+class DeploymentFactory(DjangoModelFactory[Deployment]):
+    class Meta:
+        model = Deployment
+
+    artifact = SubFactory(ModelArtifactFactory)
+    fleet = SubFactory(FleetFactory)
+    served_model_name = LazyAttribute(lambda d: f"{d.artifact.family}-{d.artifact.version}")
+
+
+class RouteFactory(DjangoModelFactory[Route]):
+    class Meta:
+        model = Route
+
+    name = Sequence(lambda n: f"route-{n}")
+    baseline = SubFactory(DeploymentFactory)
+
+
+class RolloutFactory(DjangoModelFactory[Rollout]):
+    """A pending rollout written as is, without `rollout_create`'s checks; a test that needs
+    one started goes through the services (the `running` fixture)."""
+
+    class Meta:
+        model = Rollout
+
+    route = SubFactory(RouteFactory)
+    baseline = SelfAttribute("route.baseline")
+    candidate = SubFactory(DeploymentFactory, fleet=SelfAttribute("..route.baseline.fleet"))
+    plan = LazyFunction(lambda: DEFAULT_PLAN.model_dump(mode="json"))
+    gates = LazyFunction(lambda: SloGates().model_dump(mode="json"))
+
+
+class RequestSampleFactory(DjangoModelFactory[RequestSample]):
+    """A request as the samples consumer stores it: in the rollout's current step."""
+
+    class Meta:
+        model = RequestSample
+
+    class Params:
+        rollout: Rollout | None = None
+        # Short requests (10 prompt and 20 output tokens) of one tenant at no load, whose
+        # end-to-end time follows from TTFT and TPOT and whose finish from the status.
+        short = Trait(
+            tenant="acme",
+            prompt_tokens=10,
+            output_tokens=20,
+            e2e_ms=LazyAttribute(lambda s: s.ttft_ms + 20 * s.tpot_ms),
+            concurrency=0,
+            finish=LazyAttribute(lambda s: "error" if s.status >= 500 else "stop"),
+        )
+
+    rid = LazyFunction(lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    ts = LazyFunction(timezone.now)
+    rollout_id = LazyAttribute(lambda s: s.rollout.pk if s.rollout else None)
+    step = LazyAttribute(lambda s: s.rollout.step_index if s.rollout else None)
+    route = "chat"
+    arm = "baseline"
+    deployment = "x"
+    tenant = "tenant-a"
+    status = 200
+    finish = "stop"
+    prompt_tokens = 100
+    output_tokens = 50
+    ttft_ms = 50.0
+    tpot_ms = 5.0
+    e2e_ms = 300.0
+    concurrency = 4
