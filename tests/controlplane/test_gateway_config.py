@@ -27,6 +27,7 @@ from tenants.models import Tenant
 from tenants.services import api_key_create, api_key_revoke, budget_set
 from tenants.tokens import hash_secret
 from tests.conftest import RedisServer
+from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.gateway.conftest import GatewayLauncher, wait_for_version
 from tests.simfleet.harness import Fleet as SimFleet
 from tests.simfleet.harness import FleetLauncher, model, request, wait_until
@@ -172,22 +173,19 @@ def test_a_running_gateway_follows_key_changes(
 def test_routes_are_published_with_their_arms_and_active_replicas(
     tenant_a: Tenant, redis_client: redis.Redis
 ) -> None:
-    from rollouts.models import Deployment, Fleet, Replica, Route
     from tests.registry.factories import register
 
-    fleet = Fleet.objects.create(name="gpu-a")
-    Replica.objects.create(fleet=fleet, name="r0", base_url="http://10.0.0.1:8000")
-    Replica.objects.create(fleet=fleet, name="r1", base_url="http://10.0.0.2:8000", healthy=False)
-    Replica.objects.create(
-        fleet=fleet, name="r2", base_url="http://10.0.0.3:8000", state="draining"
-    )
-    baseline = Deployment.objects.create(
+    fleet = FleetFactory.create(name="gpu-a")
+    ReplicaFactory.create(fleet=fleet, name="r0", base_url="http://10.0.0.1:8000")
+    ReplicaFactory.create(fleet=fleet, name="r1", base_url="http://10.0.0.2:8000", healthy=False)
+    ReplicaFactory.create(fleet=fleet, name="r2", base_url="http://10.0.0.3:8000", state="draining")
+    baseline = DeploymentFactory.create(
         artifact=register(version="v1"), fleet=fleet, served_model_name="chat-v1"
     )
-    canary = Deployment.objects.create(
+    canary = DeploymentFactory.create(
         artifact=register(version="v2"), fleet=fleet, served_model_name="chat-v2"
     )
-    route = Route.objects.create(
+    route = RouteFactory.create(
         name="chat", baseline=baseline, canary=canary, canary_weight=25, salt="r7"
     )
     route.tenants.add(tenant_a)
@@ -255,16 +253,15 @@ def test_after_a_redis_restart_without_persistence_a_revoked_key_stops_within_2_
     use_redis_url: Callable[[str], None],
     gateways: GatewayLauncher,
 ) -> None:
-    from rollouts.models import Deployment, Fleet, Replica, Route
     from tests.registry.factories import register
 
     use_redis_url(restartable_redis.url)
-    fleet = Fleet.objects.create(name="sim")
-    Replica.objects.create(fleet=fleet, name="r0", base_url=simfleet.url)
-    deployment = Deployment.objects.create(
+    fleet = FleetFactory.create(name="sim")
+    ReplicaFactory.create(fleet=fleet, name="r0", base_url=simfleet.url)
+    deployment = DeploymentFactory.create(
         artifact=register(version="v1"), fleet=fleet, served_model_name="tiny", state="ready"
     )
-    Route.objects.create(name="chat", baseline=deployment)
+    RouteFactory.create(name="chat", baseline=deployment)
     key, secret = api_key_create(actor=None, tenant=tenant_a, name="prod")
     _, other = api_key_create(actor=None, tenant=tenant_a, name="batch")
     gateway = gateways.start(redis_url=restartable_redis.url)

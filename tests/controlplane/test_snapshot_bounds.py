@@ -14,10 +14,11 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from gateway import snapshot as schema
-from rollouts.models import Deployment, Fleet
+from rollouts.models import Deployment
 from tenants.forms import BudgetForm
 from tenants.models import Budget, Tenant, User
 from tenants.services import budget_set
+from tests.factories import DeploymentFactory, FleetFactory
 from tests.registry.factories import register
 
 AT_LEAST_ONE = "Ensure this value is greater than or equal to 1."
@@ -93,8 +94,8 @@ def test_the_budget_api_refuses_a_zero_default_output_allowance(
 def test_the_admin_refuses_a_deployment_with_a_zero_context_or_in_flight_limit(
     client: Client, release_manager: User
 ) -> None:
-    fleet = Fleet.objects.create(name="gpu-a")
-    deployment = Deployment.objects.create(
+    fleet = FleetFactory.create(name="gpu-a")
+    deployment = DeploymentFactory.create(
         artifact=register(version="v1"), fleet=fleet, served_model_name="chat-v1"
     )
     client.force_login(release_manager)

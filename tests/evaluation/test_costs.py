@@ -18,9 +18,10 @@ from evaluation.costs import deployment_unit_cost, unit_cost_per_million
 from evaluation.models import DeploymentCost
 from evaluation.services import deployment_cost_set, deployment_costs_observe
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
-from rollouts.models import Deployment, Fleet, Replica, Route
+from rollouts.models import Deployment, Route
 from tenants.models import User
 from tests.conftest import wait_for
+from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.registry.factories import register
 from tests.simfleet.harness import Fleet as SimFleet
 from tests.simfleet.harness import FleetLauncher, model, request
@@ -91,12 +92,12 @@ def test_the_observed_throughput_comes_from_prometheus(
     redis_client: redis.Redis,
 ) -> None:
     settings.PROMETHEUS_URL = prometheus_factory([u.removeprefix("http://") for u in sim.urls])
-    fleet = Fleet.objects.create(name="sim", dollars_per_gpu_hour=4)
-    Replica.objects.create(fleet=fleet, name="r0", base_url=sim.urls[0])
-    deployment = Deployment.objects.create(
+    fleet = FleetFactory.create(name="sim", dollars_per_gpu_hour=4)
+    ReplicaFactory.create(fleet=fleet, name="r0", base_url=sim.urls[0])
+    deployment = DeploymentFactory.create(
         artifact=register(), fleet=fleet, served_model_name="tiny", state="ready"
     )
-    Route.objects.create(name="chat", baseline=deployment)
+    RouteFactory.create(name="chat", baseline=deployment)
 
     def served_some() -> bool:
         request(

@@ -7,6 +7,7 @@ from rest_framework.test import APIClient
 
 from rollouts.models import Deployment, Route
 from tenants.models import User
+from tests.factories import DeploymentFactory
 
 
 def test_ci_creates_starts_watches_and_rolls_back_a_rollout(
@@ -99,7 +100,7 @@ def test_ci_names_a_control_deployment(
     candidate: Deployment,
     redis_client: redis.Redis,
 ) -> None:
-    control = Deployment.objects.create(
+    control = DeploymentFactory.create(
         artifact=route.baseline.artifact,
         fleet=route.baseline.fleet,
         served_model_name="chat-v1-control",

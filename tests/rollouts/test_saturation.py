@@ -12,9 +12,9 @@ import redis
 from pytest_django.fixtures import Settings
 
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
-from rollouts.models import Deployment, Fleet, Replica, Route
 from rollouts.saturation import deployments_saturation_update
 from tests.conftest import wait_for
+from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.registry.factories import register
 from tests.simfleet.harness import Fleet as SimFleet
 from tests.simfleet.harness import FleetLauncher, model, request
@@ -36,13 +36,13 @@ def test_kv_cache_usage_and_queues_reach_the_deployment_and_the_gateway(
     redis_client: redis.Redis,
 ) -> None:
     settings.PROMETHEUS_URL = prometheus_factory([u.removeprefix("http://") for u in sim.urls])
-    fleet = Fleet.objects.create(name="sim")
+    fleet = FleetFactory.create(name="sim")
     for index, url in enumerate(sim.urls):
-        Replica.objects.create(fleet=fleet, name=f"r{index}", base_url=url)
-    deployment = Deployment.objects.create(
+        ReplicaFactory.create(fleet=fleet, name=f"r{index}", base_url=url)
+    deployment = DeploymentFactory.create(
         artifact=register(), fleet=fleet, served_model_name="tiny", state="ready"
     )
-    Route.objects.create(name="chat", baseline=deployment)
+    RouteFactory.create(name="chat", baseline=deployment)
     # Fill replica 1's cache: hung requests hold their KV cache and never finish.
     request("POST", f"{sim.urls[1]}/admin/faults", {"hang_rate": 1.0})
 

@@ -10,32 +10,33 @@ import orjson
 import pytest
 import redis
 
-from rollouts.models import Deployment, Fleet, Replica, Route
+from rollouts.models import Route
 from tenants import usage
 from tenants.models import Tenant
+from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.registry.factories import register
 
 
 @pytest.fixture
 def routes(db: None) -> dict[str, Route]:
     """`chat` (v1 baseline, v2 canary) and the cheaper `chat-lite`, open to every tenant."""
-    fleet = Fleet.objects.create(name="fleet")
-    Replica.objects.create(fleet=fleet, name="r0", base_url="http://127.0.0.1:9101")
-    v1 = Deployment.objects.create(
+    fleet = FleetFactory.create(name="fleet")
+    ReplicaFactory.create(fleet=fleet, name="r0", base_url="http://127.0.0.1:9101")
+    v1 = DeploymentFactory.create(
         artifact=register(version="v1"), fleet=fleet, served_model_name="chat-v1", state="ready"
     )
-    v2 = Deployment.objects.create(
+    v2 = DeploymentFactory.create(
         artifact=register(version="v2"), fleet=fleet, served_model_name="chat-v2", state="ready"
     )
-    lite = Deployment.objects.create(
+    lite = DeploymentFactory.create(
         artifact=register(family="lite-chat", version="v1"),
         fleet=fleet,
         served_model_name="lite",
         state="ready",
     )
     return {
-        "chat": Route.objects.create(name="chat", baseline=v1, canary=v2, canary_weight=10),
-        "chat-lite": Route.objects.create(name="chat-lite", baseline=lite),
+        "chat": RouteFactory.create(name="chat", baseline=v1, canary=v2, canary_weight=10),
+        "chat-lite": RouteFactory.create(name="chat-lite", baseline=lite),
     }
 
 

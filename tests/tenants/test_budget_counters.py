@@ -16,12 +16,12 @@ from django.core.management import call_command
 
 from controlplane.gateway_config import publish_snapshot, publish_snapshot_if_lost
 from gateway.budget_keys import DAY_TTL_S, day_key, month_key
-from rollouts.models import Deployment, Fleet, Replica, Route
 from tenants import usage
 from tenants.budget_counters import budget_counters_rebuild, budget_counters_rebuild_if_lost
 from tenants.models import Tenant
 from tenants.services import api_key_create, budget_set
 from tests.conftest import RedisServer
+from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.gateway.conftest import GatewayLauncher, GatewayProcess, wait_for_version
 from tests.registry.factories import register
 from tests.simfleet.harness import Fleet as SimFleet
@@ -137,12 +137,12 @@ def test_a_tenant_out_of_its_day_budget_stays_refused_after_redis_restarts_empty
 ) -> None:
     use_redis_url(restartable_redis.url)
     tenant = Tenant.objects.create(slug="acme", name="Acme")
-    fleet = Fleet.objects.create(name="sim")
-    Replica.objects.create(fleet=fleet, name="r0", base_url=simfleet.url)
-    deployment = Deployment.objects.create(
+    fleet = FleetFactory.create(name="sim")
+    ReplicaFactory.create(fleet=fleet, name="r0", base_url=simfleet.url)
+    deployment = DeploymentFactory.create(
         artifact=register(version="v1"), fleet=fleet, served_model_name="tiny", state="ready"
     )
-    Route.objects.create(name="chat", baseline=deployment)
+    RouteFactory.create(name="chat", baseline=deployment)
     _, secret = api_key_create(actor=None, tenant=tenant, name="app")
     gateway = gateways.start(redis_url=restartable_redis.url)
     # Room for a few requests: each reserves its prompt and 6 output tokens.

@@ -13,12 +13,12 @@ import redis
 import requests
 
 from controlplane.gateway_config import publish_snapshot
-from rollouts.models import Deployment, Fleet, Replica, Route
 from tenants import usage
 from tenants.choices import Granularity
 from tenants.models import ApiKey, RecentRejection, Tenant, UsageRollup
 from tenants.services import api_key_create, budget_set, tenant_create
 from tenants.soft_limits import soft_limits_check
+from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.gateway.conftest import GatewayLauncher, GatewayProcess, wait_for_version
 from tests.registry.factories import register
 from tests.simfleet.harness import Fleet as SimFleet
@@ -68,15 +68,15 @@ def test_served_and_refused_requests_are_counted_and_the_soft_limit_applies(
     tenant = tenant_create(actor=None, slug="acme", name="Acme")
     for name, family in (("chat", "support-chat"), ("chat-lite", "lite-chat")):
         # One fleet row each (a fleet serves a model name once), on the same simfleet replica.
-        fleet = Fleet.objects.create(name=f"sim-{name}")
-        Replica.objects.create(fleet=fleet, name="r0", base_url=simfleet.url)
-        deployment = Deployment.objects.create(
+        fleet = FleetFactory.create(name=f"sim-{name}")
+        ReplicaFactory.create(fleet=fleet, name="r0", base_url=simfleet.url)
+        deployment = DeploymentFactory.create(
             artifact=register(family=family, version="v1"),
             fleet=fleet,
             served_model_name="tiny",
             state="ready",
         )
-        Route.objects.create(name=name, baseline=deployment)
+        RouteFactory.create(name=name, baseline=deployment)
     _, secret = api_key_create(actor=None, tenant=tenant, name="app")
     # 1% of 500 tokens a day: one request (a short prompt and 6 tokens out) crosses it.
     budget_set(actor=None, tenant=tenant, tokens_per_day=500, soft_limit_percent=1)
