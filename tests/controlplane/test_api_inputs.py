@@ -28,13 +28,18 @@ from rest_framework.test import APIClient
 
 from controlplane.parsers import MAX_JSON_DEPTH
 from registry.services import alias_move
-from rollouts.models import Deployment, Fleet, Replica, Route
 from rollouts.plans import Plan, SloGates, Step
 from rollouts.services import plan_template_create, rollout_create, route_rule_create
 from tenants.choices import Role, Scope
 from tenants.models import Tenant, User
 from tenants.services import api_key_create, api_token_create
-from tests.factories import UserFactory
+from tests.factories import (
+    DeploymentFactory,
+    FleetFactory,
+    ReplicaFactory,
+    RouteFactory,
+    UserFactory,
+)
 from tests.registry.factories import register
 
 NUL = "a\x00b"
@@ -94,13 +99,13 @@ def schema_query_parameters(client: Client) -> dict[tuple[str, str], set[str]]:
 @pytest.fixture
 def world(tenant_a: Tenant) -> dict[str, str]:
     """One of each thing a path can name, so that every view gets past its lookups."""
-    fleet = Fleet.objects.create(name="fleet")
-    Replica.objects.create(fleet=fleet, name="r0", base_url="http://127.0.0.1:9101")
-    baseline = Deployment.objects.create(
+    fleet = FleetFactory.create(name="fleet")
+    ReplicaFactory.create(fleet=fleet, name="r0", base_url="http://127.0.0.1:9101")
+    baseline = DeploymentFactory.create(
         artifact=register(version="v1"), fleet=fleet, served_model_name="chat-v1"
     )
-    route = Route.objects.create(name="chat", baseline=baseline)
-    candidate = Deployment.objects.create(
+    route = RouteFactory.create(name="chat", baseline=baseline)
+    candidate = DeploymentFactory.create(
         artifact=register(version="v2"), fleet=fleet, served_model_name="chat-v2", state="ready"
     )
     rollout = rollout_create(actor=None, route=route, candidate=candidate)

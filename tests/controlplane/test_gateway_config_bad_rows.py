@@ -11,12 +11,13 @@ from django.test import Client
 
 from controlplane.gateway_config import left_out_of_published, publish_snapshot
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
-from rollouts.models import Deployment, Fleet, Replica, Route
+from rollouts.models import Deployment, Fleet, Replica
 from rollouts.plans import Plan, Step
 from rollouts.services import rollout_control, rollout_create, rollout_start, route_rule_create
 from tenants.models import Budget, Tenant, User
 from tenants.services import api_key_create, api_key_revoke, budget_set
 from tenants.tokens import hash_secret
+from tests.factories import DeploymentFactory, RouteFactory
 from tests.registry.factories import register
 
 
@@ -27,7 +28,7 @@ def published(client: redis.Redis) -> Snapshot:
 def deployment(version: str, **fields: object) -> Deployment:
     fleet, _ = Fleet.objects.get_or_create(name="gpu-a")
     Replica.objects.get_or_create(fleet=fleet, name="r0", base_url="http://10.0.0.1:8000")
-    return Deployment.objects.create(
+    return DeploymentFactory.create(
         artifact=register(version=version),
         fleet=fleet,
         served_model_name=f"chat-{version}",
@@ -63,8 +64,8 @@ def test_a_bad_baseline_leaves_out_its_route_and_the_other_routes_are_published(
 ) -> None:
     bad = deployment("v1")
     good = deployment("v2")
-    Route.objects.create(name="chat", baseline=bad)
-    Route.objects.create(name="summaries", baseline=good)
+    RouteFactory.create(name="chat", baseline=bad)
+    RouteFactory.create(name="summaries", baseline=good)
     Deployment.objects.filter(pk=bad.pk).update(max_model_len=0)
 
     publish_snapshot()
@@ -83,7 +84,7 @@ def test_a_bad_canary_drops_its_arm_and_the_baseline_serves_the_whole_route(
 ) -> None:
     baseline = deployment("v1")
     canary = deployment("v2", state="ready")
-    Route.objects.create(name="chat", baseline=baseline, canary=canary, canary_weight=25)
+    RouteFactory.create(name="chat", baseline=baseline, canary=canary, canary_weight=25)
     Deployment.objects.filter(pk=canary.pk).update(max_in_flight_per_replica=0)
 
     publish_snapshot()
@@ -97,7 +98,7 @@ def test_a_bad_canary_drops_its_arm_and_the_baseline_serves_the_whole_route(
 def test_a_rule_whose_target_is_bad_is_left_out_and_its_route_published(
     release_manager: User, redis_client: redis.Redis
 ) -> None:
-    route = Route.objects.create(name="chat", baseline=deployment("v1"))
+    route = RouteFactory.create(name="chat", baseline=deployment("v1"))
     target = deployment("v2", state="ready")
     route_rule_create(
         actor=release_manager, route=route, name="long", target=target, tiers=["batch"]
@@ -113,7 +114,7 @@ def test_a_rule_whose_target_is_bad_is_left_out_and_its_route_published(
 def test_a_rollback_reaches_redis_while_a_bad_row_is_left_out(
     tenant_a: Tenant, redis_client: redis.Redis
 ) -> None:
-    route = Route.objects.create(name="chat", baseline=deployment("v1"))
+    route = RouteFactory.create(name="chat", baseline=deployment("v1"))
     rollout = rollout_create(
         actor=None,
         route=route,

@@ -10,24 +10,31 @@ from playwright.sync_api import Page, Request, expect
 from pytest_django.live_server_helper import LiveServer
 
 from rollouts.choices import RolloutState
-from rollouts.models import Deployment, Fleet, Replica, Rollout, Route
+from rollouts.models import Rollout
 from rollouts.plans import Plan, Step
 from rollouts.services import rollout_create, rollout_start
 from tenants.choices import Role
 from tests.browser import page  # noqa: F401 -- fixture
-from tests.factories import PASSWORD, UserFactory
+from tests.factories import (
+    PASSWORD,
+    DeploymentFactory,
+    FleetFactory,
+    ReplicaFactory,
+    RouteFactory,
+    UserFactory,
+)
 from tests.registry.factories import register
 
 
 def running_rollout() -> Rollout:
-    fleet = Fleet.objects.create(name="fleet")
-    Replica.objects.create(fleet=fleet, name="r0", base_url="http://127.0.0.1:9101")
-    baseline = Deployment.objects.create(
+    fleet = FleetFactory.create(name="fleet")
+    ReplicaFactory.create(fleet=fleet, name="r0", base_url="http://127.0.0.1:9101")
+    baseline = DeploymentFactory.create(
         artifact=register(version="v1"), fleet=fleet, served_model_name="chat-v1"
     )
-    route = Route.objects.create(name="chat", baseline=baseline)
+    route = RouteFactory.create(name="chat", baseline=baseline)
     # Ready already, so the start's preflight probes no replica.
-    candidate = Deployment.objects.create(
+    candidate = DeploymentFactory.create(
         artifact=register(version="v2"), fleet=fleet, served_model_name="chat-v2", state="ready"
     )
     plan = Plan(steps=(Step(weight=5, min_bake_s=60), Step(weight=50), Step(weight=100)))

@@ -12,10 +12,11 @@ from django.utils import timezone
 
 from rollouts.choices import RolloutState
 from rollouts.engine import preflight
-from rollouts.models import Deployment, Fleet, Replica, Route
+from rollouts.models import Deployment, Route
 from rollouts.plans import Plan, Step
 from rollouts.providers import teardown
 from rollouts.services import rollout_create, rollout_start
+from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.registry.factories import register
 from tests.simfleet.harness import Fleet as SimFleet
 from tests.simfleet.harness import FleetLauncher, model, request
@@ -34,19 +35,19 @@ def sim(tmp_path: Path) -> Iterator[SimFleet]:
 
 @pytest.fixture
 def lora_route(sim: SimFleet, db: None) -> tuple[Route, Deployment]:
-    fleet = Fleet.objects.create(name="sim", provider="simfleet")
+    fleet = FleetFactory.create(name="sim", provider="simfleet")
     for index, url in enumerate(sim.urls):
-        Replica.objects.create(fleet=fleet, name=f"r{index}", base_url=url)
-    baseline = Deployment.objects.create(
+        ReplicaFactory.create(fleet=fleet, name=f"r{index}", base_url=url)
+    baseline = DeploymentFactory.create(
         artifact=register(version="v1"), fleet=fleet, served_model_name="tiny", state="ready"
     )
-    candidate = Deployment.objects.create(
+    candidate = DeploymentFactory.create(
         artifact=register(version="v2", uri=ADAPTER_PATH, format="lora_adapter"),
         fleet=fleet,
         served_model_name="support-chat-v2",
         kind="lora",
     )
-    return Route.objects.create(name="chat", baseline=baseline), candidate
+    return RouteFactory.create(name="chat", baseline=baseline), candidate
 
 
 def test_a_lora_candidate_is_loaded_on_every_replica_then_the_rollout_runs(

@@ -13,12 +13,13 @@ from controlplane.models import AuditEvent
 from rollouts.models import Deployment, Route, RouteRule
 from rollouts.services import rollout_create, route_rule_create
 from tenants.models import Tenant, User
+from tests.factories import DeploymentFactory, RouteFactory
 from tests.registry.factories import register
 
 
 @pytest.fixture
 def cheap(route: Route) -> Deployment:
-    return Deployment.objects.create(
+    return DeploymentFactory.create(
         artifact=register(family="chat-small", version="v1"),
         fleet=route.baseline.fleet,
         served_model_name="chat-small",
@@ -139,7 +140,7 @@ def test_tenant_admins_see_only_their_routes_and_rules(
     release_manager: User,
     tenant_a_admin: User,
 ) -> None:
-    private = Route.objects.create(name="b-only", baseline=route.baseline)
+    private = RouteFactory.create(name="b-only", baseline=route.baseline)
     private.tenants.set([tenant_b])
     route_rule_create(
         actor=release_manager, route=route, name="pin-a", target=cheap, tenants=[tenant_a]

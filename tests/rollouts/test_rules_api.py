@@ -14,6 +14,7 @@ from rollouts.services import route_rule_create
 from tenants.choices import Scope
 from tenants.models import Tenant, User
 from tenants.services import api_token_create
+from tests.factories import DeploymentFactory
 from tests.registry.factories import register
 
 RULES = "/api/v1/routes/chat/rules"
@@ -21,7 +22,7 @@ RULES = "/api/v1/routes/chat/rules"
 
 @pytest.fixture
 def cheap(route: Route) -> Deployment:
-    return Deployment.objects.create(
+    return DeploymentFactory.create(
         artifact=register(family="chat-small", version="v1"),
         fleet=route.baseline.fleet,
         served_model_name="chat-small",

@@ -14,6 +14,7 @@ from rollouts.models import Deployment, Rollout, Route
 from rollouts.selectors import visible_deployments, visible_rollouts, visible_routes
 from rollouts.services import rollout_create
 from tenants.models import Tenant, User
+from tests.factories import DeploymentFactory, RouteFactory
 from tests.registry.factories import register
 
 HTMX = {"HX-Request": "true"}
@@ -27,15 +28,15 @@ def open_rollout(route: Route, candidate: Deployment) -> Rollout:
 
 def _restricted_rollout(name: str, family: str, tenant: Tenant) -> Rollout:
     fleet = Route.objects.get(name="chat").baseline.fleet
-    baseline = Deployment.objects.create(
+    baseline = DeploymentFactory.create(
         artifact=register(family=family, version="v1"),
         fleet=fleet,
         served_model_name=f"{name}-v1",
         state="ready",
     )
-    route = Route.objects.create(name=name, baseline=baseline)
+    route = RouteFactory.create(name=name, baseline=baseline)
     route.tenants.set([tenant])
-    candidate = Deployment.objects.create(
+    candidate = DeploymentFactory.create(
         artifact=register(family=family, version="v2"),
         fleet=fleet,
         served_model_name=f"{name}-v2",

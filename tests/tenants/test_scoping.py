@@ -31,11 +31,12 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern
 from django.utils import timezone
 
-from rollouts.models import Deployment, Route
+from rollouts.models import Route
 from rollouts.services import rollout_create
 from tenants.choices import Scope
 from tenants.models import ApiKey, Tenant, User
 from tenants.services import api_key_create, api_token_create, budget_set
+from tests.factories import DeploymentFactory, RouteFactory
 from tests.registry.factories import register
 from tests.tenants.conftest import sample, send
 
@@ -87,15 +88,15 @@ def world(
             sample(tenant, now - dt.timedelta(days=2)),
             sample(tenant, now, status=429, finish="rejected", reason="tokens_per_day"),
         )
-    private_baseline = Deployment.objects.create(
+    private_baseline = DeploymentFactory.create(
         artifact=register(family="b-private-model", version="v1"),
         fleet=routes["chat"].baseline.fleet,
         served_model_name="b-private-v1",
         state="ready",
     )
-    private = Route.objects.create(name="b-private-route", baseline=private_baseline)
+    private = RouteFactory.create(name="b-private-route", baseline=private_baseline)
     private.tenants.set([tenant_b])
-    candidate = Deployment.objects.create(
+    candidate = DeploymentFactory.create(
         artifact=register(family="b-private-model", version="v2"),
         fleet=private_baseline.fleet,
         served_model_name="b-private-v2",
