@@ -23,9 +23,10 @@ from django.conf import settings
 
 from controlplane.gateway_config import publish_snapshot
 from registry.services import alias_move
-from rollouts.models import Deployment, Fleet, Replica, Rollout, Route
+from rollouts.models import Deployment, Rollout, Route
 from tenants.services import api_key_create, tenant_create
 from tests.conftest import ROOT
+from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.gateway.conftest import GatewayLauncher, GatewayProcess, wait_for_version
 from tests.registry.factories import register
 from tests.simfleet.harness import Fleet as SimFleet
@@ -164,15 +165,15 @@ def build_stack(
     alias_move(actor=None, family="support-chat", name="production", artifact=v1, reason="GA")
     deployments = []
     for name, sim, artifact in (("base", baseline_fleet, v1), ("cand", candidate_fleet, v2)):
-        fleet = Fleet.objects.create(name=name)
+        fleet = FleetFactory.create(name=name)
         for index, url in enumerate(sim.urls):
-            Replica.objects.create(fleet=fleet, name=f"r{index}", base_url=url)
+            ReplicaFactory.create(fleet=fleet, name=f"r{index}", base_url=url)
         deployments.append(
-            Deployment.objects.create(
+            DeploymentFactory.create(
                 artifact=artifact, fleet=fleet, served_model_name="tiny", state="ready"
             )
         )
-    route = Route.objects.create(name=ROUTE, baseline=deployments[0])
+    route = RouteFactory.create(name=ROUTE, baseline=deployments[0])
     tenant = tenant_create(actor=None, slug="acme", name="Acme")
     _, key = api_key_create(actor=None, tenant=tenant, name="e2e")
     gateway = gateways.start(redis_url=settings.REDIS_URL)
