@@ -55,7 +55,7 @@ def build(per_arm: int, other: int) -> int:
     from rollouts.choices import RolloutState
     from rollouts.models import Deployment, Fleet, Replica, Rollout, Route
     from rollouts.plans import DEFAULT_PLAN
-    from rollouts.services import rollout_create, rollout_transition
+    from rollouts.services.rollouts import rollout_create, rollout_transition
     from tests.registry.factories import register
 
     call_command("migrate", verbosity=0)

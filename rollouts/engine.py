@@ -22,7 +22,7 @@ from rollouts import providers
 from rollouts.choices import DeploymentState, RolloutState
 from rollouts.models import Deployment, Rollout
 from rollouts.plans import SloGates
-from rollouts.services import rollout_transition
+from rollouts.services.rollouts import rollout_transition
 
 if TYPE_CHECKING:
     from evaluation.judging import Look

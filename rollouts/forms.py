@@ -10,7 +10,7 @@ from pydantic import ValidationError as PydanticError
 from rollouts.choices import DeploymentState
 from rollouts.models import RULE_NAME_MAX_LENGTH, Deployment, PlanTemplate, Route
 from rollouts.plans import DEFAULT_PLAN, Plan, SloGates, Step
-from rollouts.services import MANUAL_ACTIONS
+from rollouts.services.rollouts import MANUAL_ACTIONS
 from tenants.choices import Tier
 from tenants.models import Tenant
 

@@ -15,7 +15,7 @@ from registry.models import ModelArtifact
 from rollouts.choices import DeploymentState, Provider
 from rollouts.models import Deployment, Fleet, PlanTemplate, Replica, Route
 from rollouts.plans import DEFAULT_PLAN, Plan, SloGates, Step
-from rollouts.services import plan_template_create
+from rollouts.services.templates import plan_template_create
 from tenants.models import User
 
 ROUTE = "support-chat"

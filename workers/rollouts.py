@@ -15,7 +15,7 @@ from rollouts.engine import advance as advance_rollout
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route, Webhook
 from rollouts.providers import teardown
 from rollouts.saturation import deployments_saturation_update
-from rollouts.services import replicas_probe
+from rollouts.services.replicas import replicas_probe
 from rollouts.webhooks import deliver
 
 # A lease, not a lock held by the broker: two workers that both receive an advance for the same

@@ -14,10 +14,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.errors import DomainError
-from rollouts import selectors, services
+from rollouts import selectors
 from rollouts.api import serializers as s
 from rollouts.api.views import PERMISSIONS, READ, WRITE
 from rollouts.plans import Plan, SloGates
+from rollouts.services import templates as services
 from tenants.models import User
 
 SCOPES = {"GET": READ, "HEAD": READ, "POST": WRITE, "PUT": WRITE, "DELETE": WRITE}

@@ -12,10 +12,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.errors import DomainError, NotFound
-from rollouts import selectors, services
+from rollouts import selectors
 from rollouts.api import serializers as s
 from rollouts.api.views import PERMISSIONS, READ, WRITE
 from rollouts.models import Deployment, RouteRule
+from rollouts.services import rules as services
 from tenants.models import Tenant, User
 
 SCOPES = {"GET": READ, "HEAD": READ, "POST": WRITE, "PUT": WRITE, "DELETE": WRITE}

@@ -14,7 +14,7 @@ from rollouts.models import (
     RouteRule,
 )
 from rollouts.selectors import visible_tenant_slugs
-from rollouts.services import MANUAL_ACTIONS
+from rollouts.services.rollouts import MANUAL_ACTIONS
 from tenants.choices import Tier
 
 

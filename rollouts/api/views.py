@@ -14,10 +14,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from controlplane.errors import DomainError, NotFound
-from rollouts import selectors, services
+from rollouts import selectors
 from rollouts.api import serializers as s
 from rollouts.models import Deployment, Rollout, Route
 from rollouts.plans import DEFAULT_PLAN, Plan, SloGates
+from rollouts.services import rollouts as services
 from tenants.choices import Scope
 from tenants.models import User
 from tenants.permissions import ReleaseManagerWrites, TokenHasScopes

@@ -29,7 +29,9 @@ from rest_framework.test import APIClient
 from controlplane.parsers import MAX_JSON_DEPTH
 from registry.services import alias_move
 from rollouts.plans import Plan, SloGates, Step
-from rollouts.services import plan_template_create, rollout_create, route_rule_create
+from rollouts.services.rollouts import rollout_create
+from rollouts.services.rules import route_rule_create
+from rollouts.services.templates import plan_template_create
 from tenants.choices import Role, Scope
 from tenants.models import Tenant, User
 from tenants.services import api_key_create, api_token_create

@@ -13,7 +13,8 @@ from controlplane.gateway_config import left_out_of_published, publish_snapshot
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
 from rollouts.models import Deployment, Fleet, Replica
 from rollouts.plans import Plan, Step
-from rollouts.services import rollout_control, rollout_create, rollout_start, route_rule_create
+from rollouts.services.rollouts import rollout_control, rollout_create, rollout_start
+from rollouts.services.rules import route_rule_create
 from tenants.models import Budget, Tenant, User
 from tenants.services import api_key_create, api_key_revoke, budget_set
 from tenants.tokens import hash_secret

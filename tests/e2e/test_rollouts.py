@@ -12,7 +12,7 @@ from evaluation.models import RequestSample
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout, RolloutEvent
 from rollouts.plans import Plan, SloGates, Step
-from rollouts.services import rollout_create, rollout_start
+from rollouts.services.rollouts import rollout_create, rollout_start
 from tests.e2e.conftest import Stack, build_stack, record_timing, wait_for_state
 from tests.gateway.conftest import GatewayLauncher
 from tests.simfleet.harness import FleetLauncher

@@ -15,7 +15,7 @@ from django.utils import timezone
 from evaluation.models import RequestSample
 from rollouts.models import Deployment, Fleet, Replica, Rollout, Route
 from rollouts.plans import Plan, SloGates, Step
-from rollouts.services import rollout_create, rollout_start
+from rollouts.services.rollouts import rollout_create, rollout_start
 from tests.registry.factories import register
 
 PLAN = Plan(

@@ -14,7 +14,7 @@ from evaluation.models import DeploymentCost, RequestSample, Verdict
 from rollouts.choices import RolloutState
 from rollouts.engine import advance, decide
 from rollouts.models import Rollout, RolloutEvent
-from rollouts.services import rollout_control
+from rollouts.services.rollouts import rollout_control
 from tenants.models import User
 from tests.evaluation.conftest import stored
 

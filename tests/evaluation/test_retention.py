@@ -9,7 +9,7 @@ from evaluation.models import Feedback, RequestSample
 from evaluation.services import samples_prune
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout
-from rollouts.services import rollout_transition
+from rollouts.services.rollouts import rollout_transition
 from tests.evaluation.conftest import days_ago, stored
 
 

@@ -16,7 +16,7 @@ from evaluation import samples
 from evaluation.models import RequestSample
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout, RolloutEvent
-from rollouts.services import rollout_transition
+from rollouts.services.rollouts import rollout_transition
 
 S = RolloutState
 

@@ -12,7 +12,7 @@ from pytest_django.live_server_helper import LiveServer
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout
 from rollouts.plans import Plan, Step
-from rollouts.services import rollout_create, rollout_start
+from rollouts.services.rollouts import rollout_create, rollout_start
 from tenants.choices import Role
 from tests.browser import page  # noqa: F401 -- fixture
 from tests.factories import (

@@ -17,7 +17,7 @@ from controlplane.errors import Conflict, DomainError, PermissionDenied
 from rollouts.choices import RolloutState
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route
 from rollouts.plans import Plan, Step
-from rollouts.services import rollout_control, rollout_create, rollout_start
+from rollouts.services.rollouts import rollout_control, rollout_create, rollout_start
 from rollouts.webhooks import SIGNATURE_HEADER, webhook_create
 from tenants.models import User
 from workers import rollouts as rollout_tasks

@@ -15,7 +15,7 @@ from rollouts.choices import RolloutState
 from rollouts.engine import advance, decide
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route
 from rollouts.plans import Plan, SloGates, Step
-from rollouts.services import rollout_create, rollout_start
+from rollouts.services.rollouts import rollout_create, rollout_start
 from workers import rollouts as rollout_tasks
 
 S = RolloutState

@@ -12,7 +12,11 @@ from controlplane.errors import Conflict, DomainError, NotFound, PermissionDenie
 from controlplane.models import AuditEvent
 from rollouts.models import Deployment, PlanTemplate, Rollout, Route
 from rollouts.plans import Plan, SloGates, Step
-from rollouts.services import plan_template_create, plan_template_delete, plan_template_update
+from rollouts.services.templates import (
+    plan_template_create,
+    plan_template_delete,
+    plan_template_update,
+)
 from tenants.models import User
 
 QUICK = Plan(

@@ -15,7 +15,7 @@ from rollouts.engine import preflight
 from rollouts.models import Deployment, Route
 from rollouts.plans import Plan, Step
 from rollouts.providers import teardown
-from rollouts.services import rollout_create, rollout_start
+from rollouts.services.rollouts import rollout_create, rollout_start
 from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.registry.factories import register
 from tests.simfleet.harness import Fleet as SimFleet
@@ -94,7 +94,7 @@ def test_the_probe_takes_an_out_of_memory_replica_out_of_the_gateways_rotation(
     lora_route: tuple[Route, Deployment], sim: SimFleet, redis_client: redis.Redis
 ) -> None:
     from gateway.snapshot import SNAPSHOT_KEY, Snapshot
-    from rollouts.services import replicas_probe
+    from rollouts.services.replicas import replicas_probe
 
     assert replicas_probe() == 0  # all healthy, nothing to publish
     assert request("POST", f"{sim.urls[1]}/admin/oom").status == 200

@@ -11,7 +11,8 @@ from django.test import Client
 
 from controlplane.models import AuditEvent
 from rollouts.models import Deployment, Route, RouteRule
-from rollouts.services import rollout_create, route_rule_create
+from rollouts.services.rollouts import rollout_create
+from rollouts.services.rules import route_rule_create
 from tenants.models import Tenant, User
 from tests.factories import DeploymentFactory, RouteFactory
 from tests.registry.factories import register

@@ -18,14 +18,8 @@ from evaluation.models import RequestSample
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
 from rollouts.engine import arm_stats
 from rollouts.models import Deployment, Route, RouteRule
-from rollouts.services import (
-    rollout_control,
-    rollout_create,
-    rollout_start,
-    route_rule_create,
-    route_rule_delete,
-    route_rule_update,
-)
+from rollouts.services.rollouts import rollout_control, rollout_create, rollout_start
+from rollouts.services.rules import route_rule_create, route_rule_delete, route_rule_update
 from tenants.models import Tenant, User
 from tests.registry.factories import register
 

@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 
 from controlplane.models import AuditEvent
 from rollouts.models import Deployment, Route, RouteRule
-from rollouts.services import route_rule_create
+from rollouts.services.rules import route_rule_create
 from tenants.choices import Scope
 from tenants.models import Tenant, User
 from tenants.services import api_token_create

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from rollouts.models import Deployment, Rollout, Route
 from rollouts.selectors import visible_deployments, visible_rollouts, visible_routes
-from rollouts.services import rollout_create
+from rollouts.services.rollouts import rollout_create
 from tenants.models import Tenant, User
 from tests.factories import DeploymentFactory, RouteFactory
 from tests.registry.factories import register

@@ -9,7 +9,7 @@ from pytest_django.live_server_helper import LiveServer
 
 from rollouts.models import Deployment, Fleet, Replica, Rollout, Route
 from rollouts.plans import Plan, SloGates, Step
-from rollouts.services import plan_template_create
+from rollouts.services.templates import plan_template_create
 from tenants.choices import Role
 from tests.browser import page  # noqa: F401 -- fixture
 from tests.factories import PASSWORD, UserFactory

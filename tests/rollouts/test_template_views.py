@@ -11,7 +11,7 @@ from django.test import Client
 from controlplane.models import AuditEvent
 from rollouts.models import Deployment, PlanTemplate, Rollout, Route
 from rollouts.plans import Plan, SloGates, Step
-from rollouts.services import plan_template_create
+from rollouts.services.templates import plan_template_create
 from tenants.models import User
 
 HTMX = {"HX-Request": "true"}

@@ -14,7 +14,7 @@ from registry.selectors import alias_target
 from rollouts.choices import RolloutState
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route
 from rollouts.plans import Plan, Step
-from rollouts.services import rollout_create, rollout_start, rollout_transition
+from rollouts.services.rollouts import rollout_create, rollout_start, rollout_transition
 from tenants.models import User
 
 S = RolloutState

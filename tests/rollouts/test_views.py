@@ -17,7 +17,7 @@ from registry.models import GateOverride
 from rollouts.choices import RolloutState
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route
 from rollouts.plans import Plan, SloGates, Step
-from rollouts.services import rollout_control, rollout_create, rollout_start
+from rollouts.services.rollouts import rollout_control, rollout_create, rollout_start
 from tenants.models import User
 from tests.factories import EvalScoreFactory, PromotionGateFactory
 from tests.registry.factories import register

@@ -32,7 +32,7 @@ from django.urls.resolvers import RegexPattern
 from django.utils import timezone
 
 from rollouts.models import Route
-from rollouts.services import rollout_create
+from rollouts.services.rollouts import rollout_create
 from tenants.choices import Scope
 from tenants.models import ApiKey, Tenant, User
 from tenants.services import api_key_create, api_token_create, budget_set

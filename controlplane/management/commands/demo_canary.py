@@ -7,7 +7,7 @@ from controlplane.gateway_config import publish_snapshot
 from rollouts.choices import LIVE_STATES
 from rollouts.models import Deployment, PlanTemplate, Rollout, Route
 from rollouts.seed import ROUTE
-from rollouts.services import rollout_create, rollout_start
+from rollouts.services.rollouts import rollout_create, rollout_start
 from tenants.models import User
 
 

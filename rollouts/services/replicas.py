@@ -1,0 +1,33 @@
+"""Replica health: every replica serving traffic probed with a real inference, outside any
+transaction."""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from rollouts.models import Deployment, Replica, Route, RouteRule
+
+
+def replicas_probe() -> int:
+    """Probes every active replica serving a route with a real inference and records the
+    outcome; publishes the gateway configuration when a replica's health changed. Returns how
+    many changed. Network calls happen outside any transaction."""
+    from rollouts.providers import probe
+
+    changed = 0
+    deployments = (
+        Deployment.objects.filter(pk__in=Route.objects.values("baseline"))
+        | Deployment.objects.filter(pk__in=Route.objects.exclude(canary=None).values("canary"))
+        | Deployment.objects.filter(pk__in=RouteRule.objects.values("target"))
+    )
+    for deployment in deployments.select_related("fleet").distinct():
+        for replica in deployment.fleet.replicas.filter(state="active"):
+            result = probe(replica, deployment.served_model_name)
+            row = Replica.objects.filter(pk=replica.pk)
+            changed += row.exclude(healthy=result.ok).update(healthy=result.ok)
+            row.update(last_probe_at=timezone.now())
+    if changed:
+        from controlplane.gateway_config import publish_snapshot
+
+        publish_snapshot()
+    return changed
