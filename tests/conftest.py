@@ -7,18 +7,24 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from django.utils import timezone
 from pytest_django.fixtures import Settings as SettingsWrapper
 from rest_framework.test import APIClient
 
 from controlplane.redis import get_redis
+from evaluation.models import RequestSample
+from rollouts.models import Deployment, Rollout, Route
+from rollouts.plans import Plan, SloGates, Step
+from rollouts.services.rollouts import rollout_create, rollout_start
 from tenants.choices import Role, Scope
 from tenants.models import Tenant, User
 from tenants.services import api_token_create
 from tests import checkout_guard
-from tests.factories import TenantFactory, UserFactory
+from tests.factories import RequestSampleFactory, TenantFactory, UserFactory
 
 ROOT = Path(__file__).resolve().parent.parent
 checkout_guard.install(ROOT)
@@ -88,6 +94,49 @@ def ci_token(ci_user: User) -> str:
 @pytest.fixture
 def api_client() -> APIClient:
     return APIClient()
+
+
+# --- a running rollout and its samples ---------------------------------------------------------
+
+
+@pytest.fixture
+def plan() -> Plan:
+    """The plan `running` starts on; a module whose tests need another overrides this fixture."""
+    return Plan(
+        steps=(
+            Step(weight=10, min_bake_s=30, min_samples=50),
+            Step(weight=100, min_bake_s=30, min_samples=50),
+        )
+    )
+
+
+@pytest.fixture
+def gates() -> SloGates | None:
+    """The SLO gates `running` starts with (None: the service's); the limits that the rollouts
+    tests' reasons and pages name. Overridable like `plan`."""
+    return SloGates(ttft_p95_ms=300, tpot_p95_ms=40, max_error_rate=0.05, min_guardrail_samples=20)
+
+
+@pytest.fixture
+def running(
+    route: Route,
+    candidate: Deployment,
+    plan: Plan,
+    gates: SloGates | None,
+    redis_client: redis.Redis,
+) -> Rollout:
+    """The candidate's rollout on the route (fixtures of the test's own directory), started."""
+    rollout = rollout_create(actor=None, route=route, candidate=candidate, plan=plan, gates=gates)
+    return rollout_start(actor=None, rollout_id=rollout.pk)
+
+
+def stored(rollout: Rollout | None, arm: str, count: int, **fields: Any) -> list[RequestSample]:
+    """`count` samples of one arm as the consumer stores them (one batch, one timestamp), in the
+    rollout's current step unless `step` is given."""
+    fields.setdefault("ts", timezone.now())
+    return RequestSample.objects.bulk_create(
+        RequestSampleFactory.build_batch(count, rollout=rollout, arm=arm, **fields)
+    )
 
 
 # --- real services --------------------------------------------------------------------------------

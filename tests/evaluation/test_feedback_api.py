@@ -14,7 +14,7 @@ from evaluation.services import feedback_record
 from rollouts.models import Rollout
 from tenants.models import Tenant, User
 from tenants.services import api_key_create
-from tests.evaluation.conftest import stored
+from tests.conftest import stored
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from rollouts.engine import advance, decide
 from rollouts.models import Rollout, RolloutEvent
 from rollouts.services.rollouts import rollout_control
 from tenants.models import User
-from tests.evaluation.conftest import stored
+from tests.conftest import stored
+from tests.factories import RequestSampleFactory
 
 S = RolloutState
 
@@ -35,7 +36,7 @@ def traffic(
     rng = random.Random(seed)  # noqa: S311 -- test data, not secrets
     now = timezone.now()
     RequestSample.objects.bulk_create(
-        RequestSample(
+        RequestSampleFactory.build(
             rid=f"{arm}-{seed}-{i}",
             ts=now - dt.timedelta(milliseconds=10 * (count - i)),
             rollout_id=rollout.pk,

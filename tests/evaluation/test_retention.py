@@ -10,7 +10,8 @@ from evaluation.services import samples_prune
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout
 from rollouts.services.rollouts import rollout_transition
-from tests.evaluation.conftest import days_ago, stored
+from tests.conftest import stored
+from tests.evaluation.conftest import days_ago
 
 
 def test_samples_past_retention_are_deleted_in_batches(settings: Settings, db: None) -> None:

@@ -4,29 +4,28 @@ what reaches the gateway's snapshot."""
 from __future__ import annotations
 
 import threading
-import uuid
 from typing import Any
 
 import pytest
 import redis
 from django.db import connection
-from django.utils import timezone
 
 from controlplane.errors import Conflict, DomainError, PermissionDenied
 from controlplane.models import AuditEvent
-from evaluation.models import RequestSample
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
 from rollouts.engine import arm_stats
 from rollouts.models import Deployment, Route, RouteRule
 from rollouts.services.rollouts import rollout_control, rollout_create, rollout_start
 from rollouts.services.rules import route_rule_create, route_rule_delete, route_rule_update
 from tenants.models import Tenant, User
+from tests.conftest import stored
+from tests.factories import DeploymentFactory
 from tests.registry.factories import register
 
 
 @pytest.fixture
 def long_context(route: Route) -> Deployment:
-    return Deployment.objects.create(
+    return DeploymentFactory.create(
         artifact=register(family="long-chat", version="v1"),
         fleet=route.baseline.fleet,
         served_model_name="chat-long",
@@ -260,7 +259,7 @@ def test_a_rule_whose_deployment_left_service_is_not_published(
     assert str(long_context.pk) not in snapshot.deployments
 
 
-def test_a_rule_pinning_a_tenant_to_the_old_baseline_lapses_when_it_retires(
+def test_a_rule_pinning_a_tenant_to_the_old_baseline_keeps_it_there_after_promotion(
     route: Route,
     candidate: Deployment,
     tenant_a: Tenant,
@@ -268,8 +267,9 @@ def test_a_rule_pinning_a_tenant_to_the_old_baseline_lapses_when_it_retires(
     redis_client: redis.Redis,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    """Promotion drains the old baseline: the pinned tenant follows the route to the new one
-    rather than being sent to a deployment about to be unloaded."""
+    """A rule still sends traffic to the old baseline, so promotion neither drains nor retires
+    it (rollouts.models.DeploymentQuerySet.in_use): the pinned tenant stays where a release
+    manager put it until the rule goes."""
     baseline = route.baseline
     Deployment.objects.filter(pk=baseline.pk).update(state="ready")
     baseline.refresh_from_db()
@@ -289,7 +289,9 @@ def test_a_rule_pinning_a_tenant_to_the_old_baseline_lapses_when_it_retires(
         if getattr(callback, "__name__", "") == "publish_snapshot":
             callback()
     snapshot = Snapshot.model_validate_json(redis_client.get(SNAPSHOT_KEY) or b"")
-    assert snapshot.routes["chat"].rules == ()
+    assert [r.name for r in snapshot.routes["chat"].rules] == ["pin"]
+    baseline.refresh_from_db()
+    assert baseline.state == "ready"
 
 
 def test_rule_samples_count_as_neither_arm_of_the_rollout(
@@ -302,29 +304,9 @@ def test_rule_samples_count_as_neither_arm_of_the_rollout(
     since = rollout.step_started_at
     assert since is not None
 
-    def record(arm: str, status: int) -> RequestSample:
-        return RequestSample(
-            rid=uuid.uuid4().hex,
-            ts=timezone.now(),
-            rollout_id=rollout.pk,
-            route="chat",
-            arm=arm,
-            deployment="x",
-            tenant="tenant-a",
-            status=status,
-            finish="error" if status >= 500 else "stop",
-            prompt_tokens=10,
-            output_tokens=20,
-            ttft_ms=50,
-            tpot_ms=5,
-            e2e_ms=150,
-        )
-
-    RequestSample.objects.bulk_create(
-        [record("canary", 200) for _ in range(3)]
-        + [record("baseline", 200) for _ in range(4)]
-        + [record("rule:pin", 500) for _ in range(10)]
-    )
+    stored(rollout, "canary", 3, short=True)
+    stored(rollout, "baseline", 4, short=True)
+    stored(rollout, "rule:pin", 10, short=True, status=500)
     canary, baseline = (
         arm_stats(rollout.pk, "canary", since),
         arm_stats(rollout.pk, "baseline", since),

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import html
 import re
-import uuid
 
 import pytest
 import redis
 from django.test import Client
-from django.utils import timezone
 from pytest_django import DjangoAssertNumQueries
 
-from evaluation.models import RequestSample
 from registry.models import GateOverride
 from rollouts.choices import RolloutState
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route
-from rollouts.plans import Plan, SloGates, Step
-from rollouts.services.rollouts import rollout_control, rollout_create, rollout_start
+from rollouts.plans import Plan, Step
+from rollouts.services.rollouts import rollout_control, rollout_create
 from tenants.models import User
-from tests.factories import EvalScoreFactory, PromotionGateFactory
+from tests.conftest import stored
+from tests.factories import DeploymentFactory, EvalScoreFactory, PromotionGateFactory, RouteFactory
 from tests.registry.factories import register
 
 S = RolloutState
@@ -31,39 +29,15 @@ PLAN = Plan(
         Step(weight=100, min_bake_s=90, min_samples=150),
     )
 )
-GATES = SloGates(ttft_p95_ms=300, tpot_p95_ms=40, max_error_rate=0.05, min_guardrail_samples=20)
 
 
 @pytest.fixture
-def running(route: Route, candidate: Deployment, redis_client: redis.Redis) -> Rollout:
-    rollout = rollout_create(actor=None, route=route, candidate=candidate, plan=PLAN, gates=GATES)
-    return rollout_start(actor=None, rollout_id=rollout.pk)
+def plan() -> Plan:
+    return PLAN
 
 
 def act(rollout: Rollout, manager: User, action: str, reason: str = "by hand") -> Rollout:
     return rollout_control(actor=manager, rollout_id=rollout.pk, action=action, reason=reason)
-
-
-def samples(rollout: Rollout, arm: str, count: int, *, status: int = 200, ttft: float = 50) -> None:
-    RequestSample.objects.bulk_create(
-        RequestSample(
-            rid=uuid.uuid4().hex,
-            ts=timezone.now(),
-            rollout_id=rollout.pk,
-            route="chat",
-            arm=arm,
-            deployment="x",
-            tenant="acme",
-            status=status,
-            finish="error" if status >= 500 else "stop",
-            prompt_tokens=10,
-            output_tokens=20,
-            ttft_ms=ttft,
-            tpot_ms=5,
-            e2e_ms=ttft + 100,
-        )
-        for _ in range(count)
-    )
 
 
 def text(fragment: str) -> str:
@@ -94,7 +68,7 @@ def buttons(page: str) -> list[str]:
 
 def ended(route: Route, version: str, to: RolloutState) -> Rollout:
     """A rollout of a new candidate on `route` that has already ended in `to`."""
-    candidate = Deployment.objects.create(
+    candidate = DeploymentFactory.create(
         artifact=register(version=version),
         fleet=route.baseline.fleet,
         served_model_name=f"chat-{version}",
@@ -133,7 +107,7 @@ def test_the_nav_links_to_rollouts(client: Client, viewer: User) -> None:
 def test_the_list_shows_live_rollouts_first_then_the_newest(
     client: Client, route: Route, running: Rollout, viewer: User
 ) -> None:
-    other = Route.objects.create(name="other", baseline=route.baseline)
+    other = RouteFactory.create(name="other", baseline=route.baseline)
     old = ended(other, "v3", S.ROLLED_BACK)
     new = ended(other, "v4", S.PROMOTED)
     client.force_login(viewer)
@@ -158,7 +132,7 @@ def test_the_list_shows_live_rollouts_first_then_the_newest(
 def test_the_state_filter_narrows_the_list(
     client: Client, route: Route, running: Rollout, viewer: User, state: str, listed: set[str]
 ) -> None:
-    old = ended(Route.objects.create(name="other", baseline=route.baseline), "v3", S.ABORTED)
+    old = ended(RouteFactory.create(name="other", baseline=route.baseline), "v3", S.ABORTED)
     ids = {"running": str(running.pk), "old": str(old.pk)}
     client.force_login(viewer)
     page = client.get("/rollouts/", {"state": state} if state else {}).content.decode()
@@ -201,7 +175,7 @@ def test_the_list_query_count_does_not_grow_with_the_rows(
     client.force_login(viewer)
     with django_assert_num_queries(4):  # session, user, count, rows
         client.get("/rollouts/")
-    other = Route.objects.create(name="other", baseline=route.baseline)
+    other = RouteFactory.create(name="other", baseline=route.baseline)
     for version in ("v3", "v4", "v5"):
         ended(other, version, S.ABORTED)
     with django_assert_num_queries(4):
@@ -265,8 +239,8 @@ def test_the_page_shows_the_current_weights(
 def test_the_page_shows_samples_per_arm_against_the_slo_gates(
     client: Client, running: Rollout, viewer: User
 ) -> None:
-    samples(running, "baseline", 40, ttft=100)
-    samples(running, "canary", 30, ttft=400)
+    stored(running, "baseline", 40, short=True, step=None, ttft_ms=100)
+    stored(running, "canary", 30, short=True, step=None, ttft_ms=400)
     client.force_login(viewer)
     page = client.get(f"/rollouts/{running.pk}/").content.decode()
     assert row(page, "data-row", "samples") == "Samples — 40 30"
@@ -285,7 +259,7 @@ def test_the_page_shows_samples_per_arm_against_the_slo_gates(
 def test_a_healthy_step_shows_it_is_baking_and_the_judges_interim_look(
     client: Client, running: Rollout, viewer: User
 ) -> None:
-    samples(running, "canary", 5)
+    stored(running, "canary", 5, short=True, step=None)
     client.force_login(viewer)
     page = client.get(f"/rollouts/{running.pk}/").content.decode()
     assert '<span class="decision decision-hold">hold</span> baking' in page
@@ -543,7 +517,7 @@ def test_the_list_links_to_the_form_for_release_managers_only(
 def test_the_form_offers_live_candidates_and_the_default_plan_but_no_create_button_yet(
     client: Client, route: Route, candidate: Deployment, release_manager: User
 ) -> None:
-    Deployment.objects.create(
+    DeploymentFactory.create(
         artifact=register(version="v0"),
         fleet=route.baseline.fleet,
         served_model_name="chat-v0",
@@ -654,7 +628,7 @@ def test_an_invalid_plan_is_shown_not_created(
 def test_a_route_with_a_live_rollout_is_refused_with_a_message(
     client: Client, route: Route, running: Rollout, release_manager: User
 ) -> None:
-    other = Deployment.objects.create(
+    other = DeploymentFactory.create(
         artifact=register(version="v3"), fleet=route.baseline.fleet, served_model_name="chat-v3"
     )
     client.force_login(release_manager)
