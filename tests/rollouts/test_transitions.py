@@ -16,6 +16,7 @@ from rollouts.models import Deployment, Rollout, RolloutEvent, Route
 from rollouts.plans import Plan, Step
 from rollouts.services.rollouts import rollout_create, rollout_start, rollout_transition
 from tenants.models import User
+from tests.factories import DeploymentFactory
 
 S = RolloutState
 PLAN = Plan(steps=(Step(weight=5), Step(weight=50), Step(weight=100)))
@@ -172,32 +173,13 @@ def test_two_workers_deciding_at_once_move_one_step(
     assert RolloutEvent.objects.filter(from_state=S.RUNNING, to_state=S.RUNNING).count() == 1
 
 
-def test_after_promotion_the_old_baseline_drains_then_retires(
-    route: Route, candidate: Deployment, redis_client: redis.Redis
-) -> None:
-    from workers.rollouts import retire
-
-    old = route.baseline
-    rollout = rollout_create(actor=None, route=route, candidate=candidate, plan=PLAN)
-    rollout_start(actor=None, rollout_id=rollout.pk)
-    retire(deployment_id=candidate.pk)  # still the canary: kept
-    candidate.refresh_from_db()
-    assert candidate.state == "ready"
-    rollout_transition(rollout_id=rollout.pk, to=S.PROMOTED, actor=None, reason="ok")
-    old.refresh_from_db()
-    assert old.state == "draining"
-    retire(deployment_id=old.pk)
-    old.refresh_from_db()
-    assert old.state == "retired"
-
-
 def test_a_control_arm_runs_beside_the_canary_at_its_weight_until_the_rollout_ends(
     route: Route, candidate: Deployment, redis_client: redis.Redis
 ) -> None:
     from controlplane.gateway_config import build_snapshot
 
     # A second copy of the baseline's artifact, on replicas of its own.
-    control = Deployment.objects.create(
+    control = DeploymentFactory.create(
         artifact=route.baseline.artifact,
         fleet=route.baseline.fleet,
         served_model_name="chat-v1-control",
@@ -227,12 +209,12 @@ def test_a_control_must_be_a_ready_copy_of_the_baseline(
 ) -> None:
     with pytest.raises(DomainError, match="deployment of its own"):
         rollout_create(actor=None, route=route, candidate=candidate, control=route.baseline)
-    other = Deployment.objects.create(
+    other = DeploymentFactory.create(
         artifact=candidate.artifact, fleet=route.baseline.fleet, served_model_name="v2-copy"
     )
     with pytest.raises(DomainError, match="the baseline's artifact"):
         rollout_create(actor=None, route=route, candidate=candidate, control=other)
-    pending = Deployment.objects.create(
+    pending = DeploymentFactory.create(
         artifact=route.baseline.artifact, fleet=route.baseline.fleet, served_model_name="copy"
     )
     with pytest.raises(DomainError, match="not ready"):
