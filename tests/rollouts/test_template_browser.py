@@ -7,13 +7,12 @@ import redis
 from playwright.sync_api import Page, expect
 from pytest_django.live_server_helper import LiveServer
 
-from rollouts.models import Deployment, Fleet, Replica, Rollout, Route
+from rollouts.models import Deployment, Rollout, Route
 from rollouts.plans import Plan, SloGates, Step
 from rollouts.services.templates import plan_template_create
 from tenants.choices import Role
 from tests.browser import page  # noqa: F401 -- fixture
 from tests.factories import PASSWORD, UserFactory
-from tests.registry.factories import register
 
 
 def test_choosing_a_template_fills_the_steps_which_stay_editable(
@@ -21,17 +20,10 @@ def test_choosing_a_template_fills_the_steps_which_stay_editable(
     live_server: LiveServer,
     transactional_db: None,
     redis_client: redis.Redis,
+    route: Route,
+    candidate: Deployment,
 ) -> None:
     manager = UserFactory.create(username="rm", role=Role.RELEASE_MANAGER)
-    fleet = Fleet.objects.create(name="fleet")
-    Replica.objects.create(fleet=fleet, name="r0", base_url="http://127.0.0.1:9101")
-    baseline = Deployment.objects.create(
-        artifact=register(version="v1"), fleet=fleet, served_model_name="chat-v1"
-    )
-    Route.objects.create(name="chat", baseline=baseline)
-    Deployment.objects.create(
-        artifact=register(version="v2"), fleet=fleet, served_model_name="chat-v2", state="ready"
-    )
     gates = SloGates(ttft_p95_ms=250, max_error_rate=0.01)
     plan = Plan(steps=(Step(weight=2, min_bake_s=20), Step(weight=100, min_bake_s=40)))
     plan_template_create(actor=manager, name="quick", plan=plan, gates=gates)
