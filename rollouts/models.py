@@ -57,6 +57,20 @@ class Replica(models.Model):
         return f"{self.fleet}/{self.name}"
 
 
+class DeploymentQuerySet(models.QuerySet["Deployment"]):
+    def in_use(self, routes: models.QuerySet[Route] | None = None) -> DeploymentQuerySet:
+        """Deployments that serve traffic: the baseline, canary or control of a route, or the
+        target of one of its rules — of `routes`, or of any route. The one definition retiring,
+        probing and visibility share: what is in use is never retired, and always probed."""
+        routes = Route.objects.all() if routes is None else routes
+        return self.filter(
+            models.Q(pk__in=routes.values("baseline"))
+            | models.Q(pk__in=routes.exclude(canary=None).values("canary"))
+            | models.Q(pk__in=routes.exclude(control=None).values("control"))
+            | models.Q(pk__in=RouteRule.objects.filter(route__in=routes).values("target"))
+        )
+
+
 class Deployment(models.Model):
     """An artifact served on a fleet under a served-model name."""
 
@@ -83,6 +97,8 @@ class Deployment(models.Model):
         default=256, validators=[MinValueValidator(1)]
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = DeploymentQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

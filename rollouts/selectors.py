@@ -42,15 +42,11 @@ def visible_rollouts(user: User | AnonymousUser) -> QuerySet[Rollout]:
 
 def visible_deployments(user: User | AnonymousUser) -> QuerySet[Deployment]:
     """Deployments that serve, served or were tried on a route the user may see."""
-    routes = visible_routes(user)
     rollouts = visible_rollouts(user)
-    return Deployment.objects.filter(
-        Q(pk__in=routes.values("baseline"))
-        | Q(pk__in=routes.exclude(canary=None).values("canary"))
-        | Q(pk__in=RouteRule.objects.filter(route__in=routes).values("target"))
-        | Q(pk__in=rollouts.values("baseline"))
-        | Q(pk__in=rollouts.values("candidate"))
+    tried = Deployment.objects.filter(
+        Q(pk__in=rollouts.values("baseline")) | Q(pk__in=rollouts.values("candidate"))
     )
+    return Deployment.objects.in_use(visible_routes(user)) | tried
 
 
 def rollout_list(

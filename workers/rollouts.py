@@ -7,12 +7,11 @@ from typing import Any
 
 import requests
 from celery import Task, shared_task
-from django.db.models import Q
 
 from controlplane.redis import get_redis
 from rollouts.choices import DeploymentState, RolloutState
 from rollouts.engine import advance as advance_rollout
-from rollouts.models import Deployment, Rollout, RolloutEvent, Route, Webhook
+from rollouts.models import Deployment, Rollout, RolloutEvent, Webhook
 from rollouts.providers import teardown
 from rollouts.saturation import deployments_saturation_update
 from rollouts.services.replicas import replicas_probe
@@ -80,9 +79,8 @@ def retire(*, deployment_id: int) -> None:
     )
     if deployment is None or deployment.state == DeploymentState.RETIRED:
         return
-    in_use = Route.objects.filter(Q(baseline=deployment) | Q(canary=deployment)).exists()
-    if in_use:
-        return  # promoted again, or back in a route since: keep it
+    if Deployment.objects.in_use().filter(pk=deployment.pk).exists():
+        return  # promoted again, back in a route, or a rule's target since: keep it
     teardown(deployment)
     Deployment.objects.filter(pk=deployment_id).update(state=DeploymentState.RETIRED)
 

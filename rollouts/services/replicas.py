@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from rollouts.models import Deployment, Replica, Route, RouteRule
+from rollouts.models import Deployment, Replica
 
 
 def replicas_probe() -> int:
@@ -15,12 +15,7 @@ def replicas_probe() -> int:
     from rollouts.providers import probe
 
     changed = 0
-    deployments = (
-        Deployment.objects.filter(pk__in=Route.objects.values("baseline"))
-        | Deployment.objects.filter(pk__in=Route.objects.exclude(canary=None).values("canary"))
-        | Deployment.objects.filter(pk__in=RouteRule.objects.values("target"))
-    )
-    for deployment in deployments.select_related("fleet").distinct():
+    for deployment in Deployment.objects.in_use().select_related("fleet"):
         for replica in deployment.fleet.replicas.filter(state="active"):
             result = probe(replica, deployment.served_model_name)
             row = Replica.objects.filter(pk=replica.pk)

@@ -172,6 +172,7 @@ def _retire_after_commit(deployment_id: int, *, delay_s: int) -> None:
 def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None:
     route = rollout.route
     steps = rollout.parsed_plan.steps
+    old_baseline = route.baseline
     if to == S.RUNNING:
         if previous == S.RUNNING:
             if rollout.step_index + 1 >= len(steps):
@@ -184,10 +185,6 @@ def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None
         route.control = rollout.control
         route.salt = f"rollout-{rollout.pk}"
     elif to == S.PROMOTED:
-        old = route.baseline
-        Deployment.objects.filter(pk=old.pk).update(state=DeploymentState.DRAINING)
-        # In-flight requests of the old version finish first; then it is unloaded and retired.
-        _retire_after_commit(old.pk, delay_s=DRAIN_S)
         route.baseline = rollout.candidate
         route.canary, route.canary_weight, route.control = None, 0.0, None
         artifact = rollout.candidate.artifact
@@ -203,6 +200,11 @@ def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None
         if previous != S.PENDING:
             _retire_after_commit(rollout.candidate_id, delay_s=DRAIN_S)
     route.save(update_fields=["baseline", "canary", "canary_weight", "control", "salt"])
+    if to == S.PROMOTED and not Deployment.objects.in_use().filter(pk=old_baseline.pk).exists():
+        # No route or rule uses the old version any more: in-flight requests finish first,
+        # then it is unloaded and retired.
+        Deployment.objects.filter(pk=old_baseline.pk).update(state=DeploymentState.DRAINING)
+        _retire_after_commit(old_baseline.pk, delay_s=DRAIN_S)
     rollout.state = to
 
 

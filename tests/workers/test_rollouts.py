@@ -1,5 +1,5 @@
-"""The rollouts tasks: `advance` under its lease, `notify` with signed webhooks, `retire` after a
-promotion."""
+"""The rollouts tasks: `advance` under its lease, `notify` with signed webhooks, `retire` of what
+nothing uses any more."""
 
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from rollouts.services.rollouts import (
     rollout_start,
     rollout_transition,
 )
+from rollouts.services.rules import route_rule_create
 from rollouts.webhooks import SIGNATURE_HEADER, webhook_create
 from tenants.models import User
 from tests.conftest import stored
-from tests.rollouts.conftest import candidate, route  # noqa: F401 -- fixtures
 from workers import rollouts as rollout_tasks
 
 S = RolloutState
@@ -91,8 +91,8 @@ def test_each_change_is_announced_with_a_verifiable_signature(
 
 
 def test_after_promotion_the_old_baseline_drains_then_retires(
-    route: Route,  # noqa: F811
-    candidate: Deployment,  # noqa: F811
+    route: Route,
+    candidate: Deployment,
     redis_client: redis.Redis,
 ) -> None:
     old = route.baseline
@@ -107,3 +107,26 @@ def test_after_promotion_the_old_baseline_drains_then_retires(
     rollout_tasks.retire(deployment_id=old.pk)
     old.refresh_from_db()
     assert old.state == "retired"
+
+
+def test_promoting_a_route_whose_old_baseline_a_rule_targets_keeps_it_serving(
+    route: Route, candidate: Deployment, release_manager: User, redis_client: redis.Redis
+) -> None:
+    old = route.baseline
+    Deployment.objects.filter(pk=old.pk).update(state="ready")
+    old.refresh_from_db()
+    route_rule_create(actor=release_manager, route=route, name="batch", target=old, tiers=["batch"])
+    rollout = rollout_create(actor=None, route=route, candidate=candidate, plan=PLAN)
+    rollout_start(actor=None, rollout_id=rollout.pk)
+    rollout_transition(rollout_id=rollout.pk, to=S.PROMOTED, actor=None, reason="ok")
+    rollout_tasks.retire(deployment_id=old.pk)  # what the drain timer would run
+    old.refresh_from_db()
+    assert old.state == "ready"  # the rule still sends traffic to it
+
+
+def test_a_deployment_nothing_uses_is_retired(
+    route: Route, candidate: Deployment, redis_client: redis.Redis
+) -> None:
+    rollout_tasks.retire(deployment_id=candidate.pk)
+    candidate.refresh_from_db()
+    assert candidate.state == "retired"
