@@ -12,7 +12,7 @@ from tests.conftest import ROOT
 
 
 def test_it_refuses_to_open_a_file_beside_the_checkout() -> None:
-    beside = ROOT.parent / "shared" / "reference" / "vllm-0.32-cpu-metrics.txt"
+    beside = ROOT.parent / "a-sibling-project" / "data.txt"
     with pytest.raises(OutsideCheckoutError, match="outside the checkout"):
         beside.read_text()
 
@@ -33,7 +33,7 @@ def test_files_in_the_checkout_and_the_temporary_folder_stay_readable() -> None:
 @pytest.mark.parametrize(
     ("path", "escaped"),
     [
-        ("/home/me/code/shared/reference/x.txt", True),
+        ("/home/me/code/other-project/data.txt", True),
         ("/home/me/code", True),
         ("/home/me/code/tollgate-old/x", True),  # a sibling whose name starts like the checkout's
         ("/home/me/code/tollgate/tests/x", False),
