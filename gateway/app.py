@@ -339,8 +339,8 @@ class GatewayApp:
                     param="max_tokens",
                 )
             allowance = budget.max_output_tokens
-        fill_in = asked is None
-        if fill_in and deployment.max_model_len is not None:
+        send_max_tokens = True
+        if asked is None and deployment.max_model_len is not None:
             if counted.tokens + allowance > deployment.max_model_len:
                 counted = exactly()
             # Unasked, the allowance must fit the model's context beside the prompt, or the
@@ -353,7 +353,7 @@ class GatewayApp:
                 # The bound leaves no room but the prompt may fit: the replica is asked with no
                 # max_tokens, so it fills in exactly what is left, and the reservation covers
                 # the most it can be.
-                fill_in = False
+                send_max_tokens = False
                 allowance = deployment.max_model_len
             else:
                 raise bad_request(
@@ -376,7 +376,7 @@ class GatewayApp:
             key_id=key.id,
             prompt_estimate=counted.tokens if counted.exact else rough,
             prompt_reserved=counted.tokens,
-            send_max_tokens=asked is not None or fill_in,
+            send_max_tokens=send_max_tokens,
             allowance=allowance,
             client_streams=bool(payload.get("stream")),
             client_wants_usage=bool(options.get("include_usage")),
