@@ -18,7 +18,7 @@ export SECRET_KEY
 
 help:
 	@echo "make demo   start the stack with demo data and print URLs and logins"
-	@echo "make test   ruff, mypy --strict and pytest against real services"
+	@echo "make test   ruff, the import layers, mypy --strict and pytest against real services"
 	@echo "make up / make down / make status   the local stack (logs in var/log/)"
 
 $(BIN)/.installed: requirements/dev.lock package-lock.json
@@ -55,6 +55,7 @@ demo: up
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 format: venv
 	$(BIN)/ruff format .

@@ -169,11 +169,11 @@ def run(args: argparse.Namespace) -> None:
     from django.test import Client
     from django.utils import timezone
 
-    from controlplane.redis import get_redis
+    from core.redis import get_redis
     from evaluation import samples
     from evaluation.judging import step_look
     from evaluation.models import Verdict
-    from rollouts.engine import decide
+    from orchestration.engine import decide
     from rollouts.models import Rollout
     from tenants.choices import Role
     from tests.factories import UserFactory

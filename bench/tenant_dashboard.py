@@ -119,7 +119,8 @@ def build(days: int) -> None:
     from django.db import connection
 
     from tenants.models import RecentRejection, Tenant
-    from tenants.services import api_key_create, budget_set
+    from tenants.services.budgets import budget_set
+    from tenants.services.gateway_keys import api_key_create
 
     call_command("migrate", verbosity=0)
     end = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
@@ -248,8 +249,8 @@ def time_calls(requests: int, label: str) -> list[str]:
 def time_ingest(records: int) -> None:
     import orjson
 
-    from controlplane.redis import get_redis
-    from tenants import usage
+    from core.redis import get_redis
+    from tenants.services import usage
 
     client = get_redis()
     client.delete(usage.STREAM)
@@ -275,7 +276,7 @@ def time_ingest(records: int) -> None:
     pipe.execute()
     started = time.perf_counter()
     taken = 0
-    while (batch := usage.consume(consumer="bench")) > 0:
+    while (batch := usage.usage_consume(consumer="bench")) > 0:
         taken += batch
     seconds = time.perf_counter() - started
     print(
@@ -301,9 +302,9 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from tenants import usage
     from tenants.choices import Role
     from tenants.models import User
+    from tenants.services import usage
 
     settings.ALLOWED_HOSTS = ["testserver"]
     started = time.perf_counter()
@@ -319,7 +320,7 @@ def main() -> None:
         f"{time.perf_counter() - started:.0f} s; {args.requests} requests per call"
     )
     over = time_calls(args.requests, "every minute row stored")
-    dropped = usage.compact()
+    dropped = usage.usage_compact()
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE tenants_usagerollup")
     over += time_calls(args.requests, f"after compaction ({dropped:,} minute rows dropped)")

@@ -19,8 +19,8 @@ from django.views.decorators.http import require_GET
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from controlplane.gateway_config import LeftOut, left_out_of_published
-from controlplane.redis import get_redis
+from core.redis import get_redis
+from orchestration.gateway_snapshot import LeftOut, left_out_of_published
 
 WORKER_HEARTBEAT_KEY = "tollgate:workers:heartbeat"
 # Beat schedules the heartbeat every 10 s; three missed beats mean the workers are not running.

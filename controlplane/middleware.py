@@ -81,7 +81,7 @@ class RejectNulMiddleware:
 
     Postgres stores and compares no NUL in text, so one that reached a lookup or a search
     (`?search=a%00b`, a route name in the path) would be a 500 from the database driver; no view
-    has a use for one. Bodies are checked by the API's parsers (controlplane/parsers.py) and by
+    has a use for one. Bodies are checked by the API's parsers (core/parsers.py) and by
     the form fields, which refuse NUL characters already.
     """
 

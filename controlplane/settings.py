@@ -64,11 +64,13 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "django_celery_beat",
+    "core",
     "controlplane",
     "tenants",
     "registry",
     "rollouts",
     "evaluation",
+    "orchestration",
     "workers",
 ]
 
@@ -166,16 +168,16 @@ REST_FRAMEWORK = {
         "rest_framework.permissions.IsAuthenticated",
         "tenants.permissions.TokenHasScopes",
     ],
-    # DRF's own, bounded in size and depth and refusing NUL characters (controlplane/parsers.py).
+    # DRF's own, bounded in size and depth and refusing NUL characters (core/parsers.py).
     "DEFAULT_PARSER_CLASSES": [
-        "controlplane.parsers.JSONParser",
-        "controlplane.parsers.FormParser",
-        "controlplane.parsers.MultiPartParser",
+        "core.parsers.JSONParser",
+        "core.parsers.FormParser",
+        "core.parsers.MultiPartParser",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
-    "EXCEPTION_HANDLER": "controlplane.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
     "UNAUTHENTICATED_USER": None,
     # `?format=` is a filter (artifact format) here, not a renderer switch.
     "URL_FORMAT_OVERRIDE": None,

@@ -7,7 +7,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from controlplane.health import CHECKS, gateway_snapshot_left_out, run_check, worker_heartbeat
-from controlplane.web import SignedInRequest
+from tenants.web import SignedInRequest
 
 
 @require_GET

@@ -22,7 +22,7 @@ from collections import defaultdict
 
 from django.db.models import Min
 
-from controlplane import streams
+from core import streams
 from evaluation.models import RequestSample
 from evaluation.services import request_samples_store
 from gateway.sample import Sample

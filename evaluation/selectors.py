@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Count, Q, QuerySet, Subquery
 
-from controlplane.errors import NotFound
+from core.errors import NotFound
 from evaluation.choices import POSITIVE_FEEDBACK
 from evaluation.judge import ArmSamples
 from evaluation.models import DeploymentCost, Feedback, RequestSample, Verdict

@@ -11,8 +11,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.audit import audit_record
-from controlplane.errors import NotFound, PermissionDenied
+from core.audit import audit_record
+from core.errors import NotFound, PermissionDenied
+from core.publication import gateway_snapshot_changed
 from evaluation import fleet
 from evaluation.choices import FeedbackValue
 from evaluation.costs import deployment_unit_cost
@@ -135,7 +136,7 @@ def deployment_cost_set(
             target=deployment,
             data={"throughput_tokens_per_s": throughput_tokens_per_s, "utilisation": utilisation},
         )
-        _publish_after_commit()
+        gateway_snapshot_changed()
     return cost
 
 
@@ -170,9 +171,7 @@ def deployment_costs_observe(*, now: dt.datetime | None = None) -> int:
         if abs(after - before) > 0.05 * max(before, 1e-12):
             moved += 1
     if moved:
-        from controlplane.gateway_config import publish_snapshot
-
-        publish_snapshot()
+        gateway_snapshot_changed()
     return moved
 
 
@@ -209,9 +208,3 @@ def verdict_record(
                 data={"step": step, "verdict": verdict.pk},
             )
     return verdict
-
-
-def _publish_after_commit() -> None:
-    from controlplane.gateway_config import publish_snapshot
-
-    transaction.on_commit(publish_snapshot, robust=True)

@@ -13,9 +13,9 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HTMX_STOP_POLLING
 
-from controlplane.web import domain_errors_as_http
 from evaluation import charts, report, selectors
 from rollouts.choices import TERMINAL_STATES
+from tenants.web import domain_errors_as_http
 
 POLL_EVERY = "5s"
 FLEET_ROWS = (

@@ -9,8 +9,8 @@ from typing import Any
 import yaml
 from django.db import IntegrityError, connection, transaction
 
-from controlplane.audit import audit_record
-from controlplane.errors import Conflict, DomainError, NotFound, PermissionDenied
+from core.audit import audit_record
+from core.errors import Conflict, DomainError, NotFound, PermissionDenied
 from registry.choices import EvalSource, Relation
 from registry.evals import ParsedRun
 from registry.models import (

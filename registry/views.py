@@ -21,12 +21,12 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget
 
-from controlplane.errors import Conflict, DomainError
-from controlplane.web import SignedInRequest, release_manager, wants_fragment
+from core.errors import Conflict, DomainError
 from registry import graph, selectors, services
 from registry.choices import ArtifactFormat
 from registry.forms import AliasMoveForm, ArtifactFilterForm
 from registry.models import Alias, AliasMove, ModelArtifact
+from tenants.web import SignedInRequest, release_manager, wants_fragment
 
 PAGE_SIZE = 50
 HISTORY_LIMIT = 50

@@ -1,7 +1,9 @@
-"""Typed rollout plans and SLO gates, parsed at the boundary (never passed around as dicts)."""
+"""Typed rollout plans and SLO gates, parsed at the boundary (never passed around as dicts), and
+the figures of one arm that the gates are read against."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -46,3 +48,20 @@ class SloGates(BaseModel):
     max_timeout_rate: Annotated[float, Field(ge=0, le=1)] = 0.05
     # Guardrails need this many candidate samples before a rate can condemn it.
     min_guardrail_samples: Annotated[int, Field(ge=1)] = 20
+
+
+@dataclass(frozen=True)
+class ArmStats:
+    samples: int
+    errors: int
+    timeouts: int
+    ttft_p95_ms: float | None
+    tpot_p95_ms: float | None
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.samples if self.samples else 0.0
+
+    @property
+    def timeout_rate(self) -> float:
+        return self.timeouts / self.samples if self.samples else 0.0

@@ -8,9 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rollouts.choices import RolloutState
-from rollouts.engine import ArmStats
 from rollouts.models import Rollout
-from rollouts.plans import SloGates
+from rollouts.plans import ArmStats, SloGates
 
 S = RolloutState
 

@@ -13,14 +13,14 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from controlplane.errors import DomainError
-from controlplane.web import SignedInRequest, domain_errors_as_http, release_manager
+from core.errors import DomainError
 from rollouts import selectors
 from rollouts.choices import DeploymentState
 from rollouts.forms import RouteRuleDeleteForm, RouteRuleEditForm, RouteRuleForm
 from rollouts.models import Route, RouteRule
 from rollouts.services import rules as services
 from tenants.models import User
+from tenants.web import SignedInRequest, domain_errors_as_http, release_manager
 
 
 def _route_or_404(request: SignedInRequest, name: str) -> Route:

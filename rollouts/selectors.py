@@ -9,9 +9,8 @@ from collections.abc import Iterable
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from controlplane.errors import NotFound
+from core.errors import NotFound
 from rollouts.choices import LIVE_STATES
-from rollouts.engine import ArmStats, arm_stats
 from rollouts.models import Deployment, PlanTemplate, Rollout, Route, RouteRule
 from tenants.choices import Role
 from tenants.models import Tenant, User
@@ -64,15 +63,6 @@ def rollout_list(
     if route:
         queryset = queryset.filter(route__name=route)
     return queryset
-
-
-def step_stats(rollout: Rollout) -> dict[str, ArmStats] | None:
-    """The current step's samples per arm, while a step is running."""
-    if rollout.step_started_at is None or rollout.state not in LIVE_STATES:
-        return None
-    return {
-        arm: arm_stats(rollout.pk, arm, rollout.step_started_at) for arm in ("baseline", "canary")
-    }
 
 
 def route_for(user: User | AnonymousUser, name: str) -> Route:

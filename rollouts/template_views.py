@@ -10,12 +10,12 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from controlplane.errors import DomainError
-from controlplane.web import SignedInRequest, domain_errors_as_http, release_manager
+from core.errors import DomainError
 from rollouts import selectors
 from rollouts.forms import PlanTemplateCreateForm, PlanTemplateForm, describe_gates
 from rollouts.models import PlanTemplate
 from rollouts.services import templates as services
+from tenants.web import SignedInRequest, domain_errors_as_http, release_manager
 
 
 def _template_or_404(name: str) -> PlanTemplate:

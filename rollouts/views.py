@@ -23,10 +23,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HTMX_STOP_POLLING
 
-from controlplane.errors import DomainError
-from controlplane.web import SignedInRequest, release_manager, wants_fragment
+from core.errors import DomainError
+from evaluation.step_stats import step_stats
+from orchestration import engine
 from registry.selectors import gates_check
-from rollouts import engine, selectors
+from rollouts import selectors
 from rollouts.choices import LIVE_STATES, TERMINAL_STATES, RolloutState
 from rollouts.forms import (
     RolloutActionForm,
@@ -37,6 +38,7 @@ from rollouts.forms import (
 from rollouts.models import Deployment, Rollout
 from rollouts.presentation import ACTION_LABELS, allowed_actions, gate_rows, timeline
 from rollouts.services import rollouts as services
+from tenants.web import SignedInRequest, release_manager, wants_fragment
 
 S = RolloutState
 PAGE_SIZE = 50
@@ -116,7 +118,7 @@ def _rollout_or_404(request: SignedInRequest, rollout_id: int) -> Rollout:
 def _live_context(rollout: Rollout, now: dt.datetime) -> dict[str, Any]:
     plan = rollout.parsed_plan
     gates = rollout.parsed_gates
-    stats = selectors.step_stats(rollout)
+    stats = step_stats(rollout)
     decision = None
     judgment: object = None
     if rollout.state == S.RUNNING:

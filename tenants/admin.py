@@ -7,14 +7,9 @@ from django.http import HttpRequest
 
 from tenants.choices import FailMode, Tier
 from tenants.models import ApiKey, ApiToken, Budget, Tenant, User
-from tenants.services import (
-    BUDGET_FIELDS,
-    TENANT_FIELDS,
-    api_key_revoke,
-    budget_set,
-    tenant_create,
-    tenant_update,
-)
+from tenants.services.accounts import TENANT_FIELDS, tenant_create, tenant_update
+from tenants.services.budgets import BUDGET_FIELDS, budget_set
+from tenants.services.gateway_keys import api_key_revoke
 
 
 def _actor(request: HttpRequest) -> User:

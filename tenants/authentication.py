@@ -7,7 +7,7 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from tenants.models import ApiToken, User
-from tenants.services import api_token_touch
+from tenants.services.accounts import api_token_touch
 from tenants.tokens import hash_secret
 
 

@@ -21,7 +21,7 @@ import logging
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
-from controlplane.redis import get_redis
+from core.redis import get_redis
 from gateway.budget_keys import DAY_TTL_S, MONTH_TTL_S, day_key, month_key
 from tenants.choices import Granularity
 from tenants.models import UsageRollup

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from tenants.choices import SoftLimitAction
 from tenants.models import Budget
-from tenants.services import BUDGET_FIELDS
+from tenants.services.budgets import BUDGET_FIELDS
 
 
 class ApiKeyCreateForm(forms.Form):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import redis
 
-from controlplane.redis import get_redis
+from core.redis import get_redis
 from gateway import budget_keys as keys
 from tenants.models import Budget, Tenant
 

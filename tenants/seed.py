@@ -11,13 +11,9 @@ from django.conf import settings
 
 from tenants.choices import Role, Scope, Tier
 from tenants.models import ApiKey, ApiToken, Tenant, User
-from tenants.services import (
-    api_key_create,
-    api_token_create,
-    budget_set,
-    tenant_create,
-    user_create,
-)
+from tenants.services.accounts import api_token_create, tenant_create, user_create
+from tenants.services.budgets import budget_set
+from tenants.services.gateway_keys import api_key_create
 from tenants.tokens import TENANT_KEY_PREFIX, TOKEN_PREFIX, hash_secret, visible_prefix
 
 DEMO_PASSWORD = "tollgate-demo"  # noqa: S105 -- the published demo password

@@ -14,7 +14,7 @@ from django.db.models import F, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, Trunc
 from django.utils import timezone
 
-from controlplane.errors import NotFound
+from core.errors import NotFound
 from tenants.choices import Granularity, Role
 from tenants.models import ApiKey, Budget, RecentRejection, Tenant, UsageRollup, User
 

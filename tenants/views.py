@@ -22,13 +22,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from controlplane.errors import DomainError
-from controlplane.web import SignedInRequest, domain_errors_as_http, wants_fragment
-from tenants import selectors, services
+from core.errors import DomainError
+from tenants import selectors
 from tenants.charts import Chart, line_chart
 from tenants.forms import ApiKeyCreateForm, BudgetForm
 from tenants.gauges import gauges
 from tenants.models import Budget, Tenant, User
+from tenants.services import budgets, gateway_keys
+from tenants.web import SignedInRequest, domain_errors_as_http, wants_fragment
 
 TIME_FORMATS = {"hour": "%H:%M", "day": "%H:00", "month": "%m-%d"}
 
@@ -154,7 +155,7 @@ def api_key_create(request: SignedInRequest, slug: str) -> HttpResponse:
     form = ApiKeyCreateForm(request.POST, routes=selectors.routes_open_to(tenant))
     if form.is_valid():
         try:
-            key, secret = services.api_key_create(
+            key, secret = gateway_keys.api_key_create(
                 actor=actor,
                 tenant=tenant,
                 name=form.cleaned_data["name"],
@@ -179,7 +180,7 @@ def api_key_revoke(request: SignedInRequest, slug: str, key_id: int) -> HttpResp
     actor, tenant = _key_manager(request, slug)
     with domain_errors_as_http():
         key = selectors.api_key_get(tenant, key_id)
-    services.api_key_revoke(actor=actor, key_id=key.pk)
+    gateway_keys.api_key_revoke(actor=actor, key_id=key.pk)
     messages.success(request, f"Key {key.name} ({key.prefix}…) is revoked.")
     return redirect(dashboard_url(tenant) + "#keys")
 
@@ -221,10 +222,10 @@ def budget_edit(request: SignedInRequest, slug: str) -> HttpResponse:
     if not form.cleaned_data["confirmed"] or not changes:
         confirm: dict[str, Any] = {"tenant": tenant, "form": form}
         # The confirmation saves only over the budget shown here (compare-and-set).
-        confirm.update(changes=changes, confirming=True, version=services.budget_version(current))
+        confirm.update(changes=changes, confirming=True, version=budgets.budget_version(current))
         return render(request, "tenants/budget_edit.html", confirm)
     try:
-        services.budget_set_confirmed(
+        budgets.budget_set_confirmed(
             actor=request.user,
             tenant=tenant,
             reason=form.cleaned_data["reason"],

@@ -15,16 +15,25 @@ from django.utils import timezone
 from pytest_django.fixtures import Settings as SettingsWrapper
 from rest_framework.test import APIClient
 
-from controlplane.redis import get_redis
+from core.redis import get_redis
 from evaluation.models import RequestSample
 from rollouts.models import Deployment, Rollout, Route
 from rollouts.plans import Plan, SloGates, Step
 from rollouts.services.rollouts import rollout_create, rollout_start
 from tenants.choices import Role, Scope
 from tenants.models import Tenant, User
-from tenants.services import api_token_create
+from tenants.services.accounts import api_token_create
 from tests import checkout_guard
-from tests.factories import RequestSampleFactory, TenantFactory, UserFactory
+from tests.factories import (
+    DeploymentFactory,
+    FleetFactory,
+    ReplicaFactory,
+    RequestSampleFactory,
+    RouteFactory,
+    TenantFactory,
+    UserFactory,
+)
+from tests.registry.factories import register
 
 ROOT = Path(__file__).resolve().parent.parent
 checkout_guard.install(ROOT)
@@ -100,6 +109,27 @@ def api_client() -> APIClient:
 
 
 @pytest.fixture
+def route(db: None) -> Route:
+    """A route with a baseline deployment on a one-replica fleet (a directory may override it)."""
+    fleet = FleetFactory.create(name="fleet")
+    ReplicaFactory.create(fleet=fleet, name="r0", base_url="http://127.0.0.1:9101")
+    v1 = register(version="v1")
+    baseline = DeploymentFactory.create(artifact=v1, fleet=fleet, served_model_name="chat-v1")
+    return RouteFactory.create(name="chat", baseline=baseline)
+
+
+@pytest.fixture
+def candidate(route: Route) -> Deployment:
+    """A ready candidate for `route`, on the baseline's fleet."""
+    return DeploymentFactory.create(
+        artifact=register(version="v2"),
+        fleet=route.baseline.fleet,
+        served_model_name="chat-v2",
+        state="ready",
+    )
+
+
+@pytest.fixture
 def plan() -> Plan:
     """The plan `running` starts on; a module whose tests need another overrides this fixture."""
     return Plan(
@@ -125,7 +155,7 @@ def running(
     gates: SloGates | None,
     redis_client: redis.Redis,
 ) -> Rollout:
-    """The candidate's rollout on the route (fixtures of the test's own directory), started."""
+    """The candidate's rollout on the route, started."""
     rollout = rollout_create(actor=None, route=route, candidate=candidate, plan=plan, gates=gates)
     return rollout_start(actor=None, rollout_id=rollout.pk)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from controlplane.gateway_config import publish_snapshot, publish_snapshot_if_lost
+from orchestration.gateway_snapshot import publish_snapshot, publish_snapshot_if_lost
 
 
 @shared_task(name="gateway.publish", time_limit=30, soft_time_limit=20)

@@ -8,13 +8,13 @@ from typing import Any
 import requests
 from celery import Task, shared_task
 
-from controlplane.redis import get_redis
-from rollouts.choices import DeploymentState, RolloutState
-from rollouts.engine import advance as advance_rollout
-from rollouts.models import Deployment, Rollout, RolloutEvent, Webhook
-from rollouts.providers import teardown
-from rollouts.saturation import deployments_saturation_update
+from core.redis import get_redis
+from orchestration.engine import advance as advance_rollout
+from rollouts.choices import RolloutState
+from rollouts.models import Rollout, RolloutEvent, Webhook
+from rollouts.services.deployments import deployment_retire
 from rollouts.services.replicas import replicas_probe
+from rollouts.services.saturation import deployments_saturation_update
 from rollouts.webhooks import deliver
 
 # A lease, not a lock held by the broker: two workers that both receive an advance for the same
@@ -74,15 +74,7 @@ def notify(self: Task[Any, Any], *, event_id: int, webhook_id: int) -> None:
 @shared_task(name="rollouts.retire", acks_late=True, time_limit=60, soft_time_limit=50)
 def retire(*, deployment_id: int) -> None:
     """Unloads a deployment that no route uses any more and marks it retired (idempotent)."""
-    deployment = (
-        Deployment.objects.select_related("fleet", "artifact").filter(pk=deployment_id).first()
-    )
-    if deployment is None or deployment.state == DeploymentState.RETIRED:
-        return
-    if Deployment.objects.in_use().filter(pk=deployment.pk).exists():
-        return  # promoted again, back in a route, or a rule's target since: keep it
-    teardown(deployment)
-    Deployment.objects.filter(pk=deployment_id).update(state=DeploymentState.RETIRED)
+    deployment_retire(deployment_id=deployment_id)
 
 
 @shared_task(name="rollouts.probe_replicas", time_limit=60, soft_time_limit=50)

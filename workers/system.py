@@ -7,7 +7,7 @@ import time
 from celery import shared_task
 
 from controlplane.health import WORKER_HEARTBEAT_KEY
-from controlplane.redis import get_redis
+from core.redis import get_redis
 
 
 @shared_task(name="system.heartbeat", time_limit=10, soft_time_limit=5)

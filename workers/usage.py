@@ -4,21 +4,21 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from tenants import usage
 from tenants.budget_counters import budget_counters_rebuild_if_lost
-from tenants.soft_limits import soft_limits_check
+from tenants.services import usage
+from tenants.services.soft_limits import soft_limits_check
 
 
 @shared_task(name="tenants.consume_usage", time_limit=30, soft_time_limit=25)
 def consume_usage() -> None:
     # Drain what is there now, a batch at a time, within the time limit; idempotent on replay.
-    while usage.consume() > 0:
+    while usage.usage_consume() > 0:
         pass
 
 
 @shared_task(name="tenants.compact_usage", time_limit=300, soft_time_limit=280)
 def compact_usage() -> None:
-    usage.compact()
+    usage.usage_compact()
 
 
 @shared_task(name="tenants.check_soft_limits", time_limit=10, soft_time_limit=8)

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.errors import DomainError, NotFound
+from core.errors import DomainError, NotFound
 from evaluation import report, selectors, services
 from evaluation.api import serializers as s
 from evaluation.api.authentication import (

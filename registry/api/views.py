@@ -14,8 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.errors import DomainError, NotFound
-from controlplane.parsers import JSONParser
+from core.errors import DomainError, NotFound
+from core.parsers import JSONParser
 from registry import selectors, services
 from registry.api import serializers as s
 from registry.choices import EvalSource, Relation

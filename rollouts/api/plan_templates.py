@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.errors import DomainError
+from core.errors import DomainError
 from rollouts import selectors
 from rollouts.api import serializers as s
 from rollouts.api.views import PERMISSIONS, READ, WRITE

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.errors import DomainError, NotFound
+from core.errors import DomainError, NotFound
 from rollouts import selectors
 from rollouts.api import serializers as s
 from rollouts.api.views import PERMISSIONS, READ, WRITE

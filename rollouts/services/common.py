@@ -4,19 +4,10 @@ person can act on, and the gateway publication after commit."""
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
 
-from controlplane.errors import DomainError, PermissionDenied
+from core.errors import DomainError, PermissionDenied
 from rollouts.models import PlanTemplate, RouteRule
 from tenants.models import User
-
-
-def publish_after_commit() -> None:
-    # Imported here: the snapshot builder reads this app's models.
-    from controlplane.gateway_config import publish_snapshot
-
-    # Directly, not through the task queue: a rollback must reach the gateway in seconds.
-    transaction.on_commit(publish_snapshot, robust=True)
 
 
 def require_release_manager(actor: User | None, what: str) -> User:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
+from core.publication import gateway_snapshot_changed
 from rollouts.models import Deployment, Replica
 
 
@@ -22,7 +23,5 @@ def replicas_probe() -> int:
             changed += row.exclude(healthy=result.ok).update(healthy=result.ok)
             row.update(last_probe_at=timezone.now())
     if changed:
-        from controlplane.gateway_config import publish_snapshot
-
-        publish_snapshot()
+        gateway_snapshot_changed()
     return changed

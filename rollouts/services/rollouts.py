@@ -4,20 +4,22 @@ gateway only after commit."""
 
 from __future__ import annotations
 
-import functools
+import datetime as dt
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from controlplane.audit import audit_record
-from controlplane.errors import Conflict, DomainError, NotFound, PermissionDenied
+from core.audit import audit_record
+from core.errors import Conflict, DomainError, NotFound, PermissionDenied
+from core.publication import gateway_snapshot_changed
+from core.tasks import task_enqueue_after_commit
 from registry.selectors import gates_cleared
 from registry.services import alias_move, gate_override
+from rollouts import providers
 from rollouts.choices import LIVE_STATES, DeploymentState, RolloutState
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route, Webhook
 from rollouts.plans import DEFAULT_PLAN, Plan, SloGates
-from rollouts.services.common import publish_after_commit
 from tenants.models import User
 
 S = RolloutState
@@ -137,21 +139,14 @@ def rollout_transition(
             reason=reason,
             data={"from": previous, "step": rollout.step_index},
         )
-        publish_after_commit()
+        gateway_snapshot_changed()
         _notify_after_commit(event)
     return rollout
 
 
 def _notify_after_commit(event: RolloutEvent) -> None:
-    from controlplane.celery import app as celery_app
-
-    def send(webhook_id: int) -> None:
-        celery_app.send_task(
-            "rollouts.notify", kwargs={"event_id": event.pk, "webhook_id": webhook_id}
-        )
-
     for webhook_id in Webhook.objects.filter(active=True).values_list("pk", flat=True):
-        transaction.on_commit(functools.partial(send, webhook_id), robust=True)
+        task_enqueue_after_commit("rollouts.notify", event_id=event.pk, webhook_id=webhook_id)
 
 
 # How long requests already sent to a deployment may take before it is unloaded.
@@ -159,14 +154,7 @@ DRAIN_S = 60
 
 
 def _retire_after_commit(deployment_id: int, *, delay_s: int) -> None:
-    from controlplane.celery import app as celery_app
-
-    transaction.on_commit(
-        lambda: celery_app.send_task(
-            "rollouts.retire", kwargs={"deployment_id": deployment_id}, countdown=delay_s
-        ),
-        robust=True,
-    )
+    task_enqueue_after_commit("rollouts.retire", countdown=delay_s, deployment_id=deployment_id)
 
 
 def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None:
@@ -211,11 +199,48 @@ def _apply(rollout: Rollout, previous: str, to: str, actor: User | None) -> None
 def rollout_start(*, actor: User | None, rollout_id: int) -> Rollout:
     """Into preflight, and through it at once when the candidate is ready; otherwise the tick
     keeps checking until the plan's progress deadline."""
-    from rollouts.engine import preflight
-
     rollout_transition(rollout_id=rollout_id, to=S.PREFLIGHT, actor=actor, reason="start")
-    preflight(rollout_id)
+    rollout_preflight(rollout_id=rollout_id)
     return Rollout.objects.get(pk=rollout_id)
+
+
+def rollout_preflight(*, rollout_id: int, now: dt.datetime | None = None) -> None:
+    """Gets the candidate ready (loading adapters) and starts the first step once every replica
+    answers a real inference for it; fails the rollout past the plan's progress deadline."""
+    rollout = (
+        Rollout.objects.select_related("candidate__fleet", "candidate__artifact")
+        .filter(pk=rollout_id)
+        .first()
+    )
+    if rollout is None or rollout.state != RolloutState.PREFLIGHT:
+        return
+    candidate = rollout.candidate
+    if candidate.state != DeploymentState.READY:
+        problems = providers.prepare(candidate)
+        ready, not_ready = providers.is_ready(candidate)
+        if not ready:
+            began = (
+                rollout.events.filter(to_state=RolloutState.PREFLIGHT)
+                .values_list("created_at", flat=True)
+                .last()
+            )
+            waited = ((now or timezone.now()) - (began or rollout.created_at)).total_seconds()
+            if waited > rollout.parsed_plan.progress_deadline_s:
+                rollout_transition(
+                    rollout_id=rollout.pk,
+                    to=RolloutState.FAILED,
+                    actor=None,
+                    reason=f"the candidate was not ready after {waited:.0f} s",
+                    evidence={"problems": problems + not_ready},
+                )
+            return
+        Deployment.objects.filter(pk=candidate.pk).update(state=DeploymentState.READY)
+    rollout_transition(
+        rollout_id=rollout.pk,
+        to=RolloutState.RUNNING,
+        actor=None,
+        reason="preflight passed: every replica answers the candidate",
+    )
 
 
 # --- manual control: each with a reason, each through the transition function --------------------

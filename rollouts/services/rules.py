@@ -9,13 +9,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
-from controlplane.audit import audit_record
-from controlplane.errors import Conflict, DomainError, NotFound
+from core.audit import audit_record
+from core.errors import Conflict, DomainError, NotFound
+from core.publication import gateway_snapshot_changed
 from rollouts.choices import DeploymentState
 from rollouts.models import Deployment, Route, RouteRule
 from rollouts.services.common import (
     full_clean_or_raise,
-    publish_after_commit,
     require_release_manager,
 )
 from tenants.models import Tenant, User
@@ -106,7 +106,7 @@ def route_rule_create(
             target=rule,
             data=_rule_audit_data(rule, tenant_list),
         )
-        publish_after_commit()
+        gateway_snapshot_changed()
     return rule
 
 
@@ -149,7 +149,7 @@ def route_rule_update(
             target=rule,
             data={"before": before, "after": _rule_audit_data(rule, tenant_list)},
         )
-        publish_after_commit()
+        gateway_snapshot_changed()
     return rule
 
 
@@ -169,4 +169,4 @@ def route_rule_delete(*, actor: User | None, rule_id: int, reason: str = "") -> 
             data=data | {"name": rule.name},
         )
         rule.delete()
-        publish_after_commit()
+        gateway_snapshot_changed()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
-from controlplane.audit import audit_record
-from controlplane.errors import Conflict, NotFound
+from core.audit import audit_record
+from core.errors import Conflict, NotFound
 from rollouts.models import PlanTemplate
 from rollouts.plans import Plan, SloGates
 from rollouts.services.common import full_clean_or_raise, require_release_manager

@@ -6,7 +6,7 @@ from rest_framework import serializers
 from tenants.choices import Role, SoftLimitAction
 from tenants.models import ApiKey, Budget, RecentRejection, Tenant
 from tenants.selectors import budget_of
-from tenants.services import BUDGET_FIELDS
+from tenants.services.budgets import BUDGET_FIELDS
 
 
 class MeOutputSerializer(serializers.Serializer[dict[str, Any]]):

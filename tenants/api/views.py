@@ -15,13 +15,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.errors import DomainError, PermissionDenied
-from tenants import selectors, services
+from core.errors import DomainError, PermissionDenied
+from tenants import selectors
 from tenants.api import serializers as s
 from tenants.api.serializers import MeOutputSerializer
 from tenants.choices import Scope
 from tenants.models import ApiToken, Tenant, User
 from tenants.permissions import TokenHasScopes
+from tenants.services import budgets, gateway_keys
 
 READ, WRITE = (Scope.TENANTS_READ,), (Scope.TENANTS_WRITE,)
 PERMISSIONS = [IsAuthenticated, TokenHasScopes]
@@ -100,7 +101,7 @@ class BudgetView(APIView):
         reason = limits.pop("reason", "")
         if not limits:
             raise DomainError("give at least one budget field to change")
-        budget = services.budget_set(
+        budget = budgets.budget_set(
             actor=cast(User, request.user), tenant=tenant, reason=reason, **limits
         )
         return Response(s.BudgetOutput(budget).data)
@@ -128,7 +129,7 @@ class ApiKeysView(APIView):
         values = data.validated_data
         if values["can_force_arm"] and not actor.is_release_manager:
             raise PermissionDenied("only release managers issue keys that may force an arm")
-        key, secret = services.api_key_create(
+        key, secret = gateway_keys.api_key_create(
             actor=actor,
             tenant=tenant,
             name=values["name"],
@@ -148,7 +149,9 @@ class ApiKeyRevokeView(APIView):
     def post(self, request: Request, slug: str, key_id: int) -> Response:
         actor, tenant = _key_manager(request, slug)
         key = selectors.api_key_get(tenant, key_id)
-        return Response(s.ApiKeyOutput(services.api_key_revoke(actor=actor, key_id=key.pk)).data)
+        return Response(
+            s.ApiKeyOutput(gateway_keys.api_key_revoke(actor=actor, key_id=key.pk)).data
+        )
 
 
 class UsageView(APIView):

@@ -26,7 +26,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from pytest_django.fixtures import Settings
 from rest_framework.test import APIClient
 
-from controlplane.parsers import MAX_JSON_DEPTH
+from core.parsers import MAX_JSON_DEPTH
 from registry.services import alias_move
 from rollouts.plans import Plan, SloGates, Step
 from rollouts.services.rollouts import rollout_create
@@ -34,7 +34,8 @@ from rollouts.services.rules import route_rule_create
 from rollouts.services.templates import plan_template_create
 from tenants.choices import Role, Scope
 from tenants.models import Tenant, User
-from tenants.services import api_key_create, api_token_create
+from tenants.services.accounts import api_token_create
+from tenants.services.gateway_keys import api_key_create
 from tests.factories import (
     DeploymentFactory,
     FleetFactory,

@@ -18,7 +18,7 @@ SEEN_KEY = "tests:seen-request-id"
 
 @celery_app.task(name="tests.remember_request_id")
 def remember_request_id() -> None:
-    from controlplane.redis import get_redis
+    from core.redis import get_redis
 
     get_redis().set(SEEN_KEY, request_id_var.get() or "")
 

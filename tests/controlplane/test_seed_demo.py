@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from controlplane.models import AuditEvent
+from core.models import AuditEvent
 from rollouts.models import PlanTemplate
 from tenants.models import ApiToken, Tenant, User
 

@@ -17,7 +17,7 @@ from gateway import snapshot as schema
 from rollouts.models import Deployment
 from tenants.forms import BudgetForm
 from tenants.models import Budget, Tenant, User
-from tenants.services import budget_set
+from tenants.services.budgets import budget_set
 from tests.factories import DeploymentFactory, FleetFactory
 from tests.registry.factories import register
 

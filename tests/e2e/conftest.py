@@ -21,10 +21,11 @@ import pytest
 import redis
 from django.conf import settings
 
-from controlplane.gateway_config import publish_snapshot
+from orchestration.gateway_snapshot import publish_snapshot
 from registry.services import alias_move
 from rollouts.models import Deployment, Rollout, Route
-from tenants.services import api_key_create, tenant_create
+from tenants.services.accounts import tenant_create
+from tenants.services.gateway_keys import api_key_create
 from tests.conftest import ROOT
 from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.gateway.conftest import GatewayLauncher, GatewayProcess, wait_for_version

@@ -15,12 +15,13 @@ import pytest
 import redis
 from django.conf import settings
 
-from controlplane.gateway_config import publish_snapshot
 from gateway.budget_keys import day_key
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
+from orchestration.gateway_snapshot import publish_snapshot
 from tenants.budget_counters import REBUILT_RUN_KEY
 from tenants.models import UsageRollup
-from tenants.services import api_key_create, tenant_create
+from tenants.services.accounts import tenant_create
+from tenants.services.gateway_keys import api_key_create
 from tests.conftest import ROOT, RedisServer
 from tests.e2e.conftest import Worker
 from tests.gateway.conftest import GatewayLauncher, wait_for_version
@@ -111,7 +112,7 @@ def revoke_elsewhere(key_id: int, redis_url: str) -> float:
         "LOG_LEVEL": "WARNING",
     }
     script = (
-        "import time; from tenants.services import api_key_revoke; "
+        "import time; from tenants.services.gateway_keys import api_key_revoke; "
         f"api_key_revoke(actor=None, key_id={key_id}); print(time.time())"
     )
     done = subprocess.run(

@@ -8,7 +8,7 @@ from playwright.sync_api import Page, Request, expect
 from pytest_django.fixtures import Settings
 from pytest_django.live_server_helper import LiveServer
 
-from rollouts.engine import advance
+from orchestration.engine import advance
 from tenants.choices import Role
 from tests.browser import page  # noqa: F401 -- fixture
 from tests.evaluation.test_judging import baked, traffic

@@ -11,13 +11,13 @@ import redis
 from django.test import Client
 from pytest_django.fixtures import Settings
 
-from controlplane.errors import PermissionDenied
-from controlplane.gateway_config import publish_snapshot
-from controlplane.models import AuditEvent
+from core.errors import PermissionDenied
+from core.models import AuditEvent
 from evaluation.costs import deployment_unit_cost, unit_cost_per_million
 from evaluation.models import DeploymentCost
 from evaluation.services import deployment_cost_set, deployment_costs_observe
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
+from orchestration.gateway_snapshot import publish_snapshot
 from rollouts.models import Deployment, Route
 from tenants.models import User
 from tests.conftest import wait_for
@@ -84,6 +84,8 @@ def sim(tmp_path: Path) -> Iterator[SimFleet]:
     launcher.stop_all()
 
 
+# A beat task: it writes in autocommit, so its publication runs at once, as in production.
+@pytest.mark.django_db(transaction=True)
 def test_the_observed_throughput_comes_from_prometheus(
     sim: SimFleet,
     prometheus_factory: Callable[[list[str]], str],

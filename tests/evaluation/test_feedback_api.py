@@ -13,7 +13,7 @@ from evaluation.models import Feedback
 from evaluation.services import feedback_record
 from rollouts.models import Rollout
 from tenants.models import Tenant, User
-from tenants.services import api_key_create
+from tenants.services.gateway_keys import api_key_create
 from tests.conftest import stored
 
 

@@ -8,11 +8,11 @@ import random
 
 from django.utils import timezone
 
-from controlplane.models import AuditEvent
+from core.models import AuditEvent
 from evaluation.judging import recompute, step_look
 from evaluation.models import DeploymentCost, RequestSample, Verdict
+from orchestration.engine import advance, decide
 from rollouts.choices import RolloutState
-from rollouts.engine import advance, decide
 from rollouts.models import Rollout, RolloutEvent
 from rollouts.services.rollouts import rollout_control
 from tenants.models import User

@@ -13,7 +13,7 @@ from pytest_django.fixtures import Settings
 from rest_framework.test import APIClient
 
 from evaluation.models import Feedback, RequestSample, Verdict
-from rollouts.engine import advance
+from orchestration.engine import advance
 from rollouts.models import Rollout
 from tenants.models import Tenant, User
 from tests.evaluation.test_judging import baked, traffic

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pytest_django.fixtures import Settings
 
-from controlplane.models import AuditEvent
+from core.models import AuditEvent
 from evaluation.models import Feedback, RequestSample
 from evaluation.services import samples_prune
 from rollouts.choices import RolloutState

@@ -14,7 +14,7 @@ from registry.models import EvalScore, ModelArtifact
 from registry.services import alias_move
 from tenants.choices import Scope
 from tenants.models import User
-from tenants.services import api_token_create
+from tenants.services.accounts import api_token_create
 from tests.registry.factories import digest_of, register
 
 RESULTS = Path(__file__).parent / "data" / "results_2026-11-30T12-00-00.json"

@@ -11,8 +11,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from controlplane.errors import Conflict, DomainError, PermissionDenied
-from controlplane.models import AuditEvent
+from core.errors import Conflict, DomainError, PermissionDenied
+from core.models import AuditEvent
 from registry.choices import EvalSource, Relation, Verdict
 from registry.evals import parse_lm_eval, parse_score_list
 from registry.models import Alias, AliasMove, EvalRun, EvalScore, LineageEdge, ModelArtifact

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from pytest_django import DjangoAssertNumQueries
 
-from controlplane.errors import DomainError
+from core.errors import DomainError
 from registry import services
 from registry.choices import ArtifactFormat, Relation
 from registry.models import Alias, AliasMove, ModelArtifact

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.errors import Conflict, DomainError, PermissionDenied
+from core.errors import Conflict, DomainError, PermissionDenied
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout, RolloutEvent
 from rollouts.plans import Plan, Step

@@ -8,8 +8,8 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
-from controlplane.errors import Conflict, DomainError, NotFound, PermissionDenied
-from controlplane.models import AuditEvent
+from core.errors import Conflict, DomainError, NotFound, PermissionDenied
+from core.models import AuditEvent
 from rollouts.models import Deployment, PlanTemplate, Rollout, Route
 from rollouts.plans import Plan, SloGates, Step
 from rollouts.services.templates import (

@@ -11,11 +11,10 @@ import redis
 from django.utils import timezone
 
 from rollouts.choices import RolloutState
-from rollouts.engine import preflight
 from rollouts.models import Deployment, Route
 from rollouts.plans import Plan, Step
 from rollouts.providers import teardown
-from rollouts.services.rollouts import rollout_create, rollout_start
+from rollouts.services.rollouts import rollout_create, rollout_preflight, rollout_start
 from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.registry.factories import register
 from tests.simfleet.harness import Fleet as SimFleet
@@ -77,10 +76,10 @@ def test_a_candidate_that_never_answers_fails_the_rollout_at_the_deadline(
     candidate.artifact.save()
     rollout = rollout_create(actor=None, route=route, candidate=candidate, plan=PLAN)
     assert rollout_start(actor=None, rollout_id=rollout.pk).state == S.PREFLIGHT
-    preflight(rollout.pk, now=timezone.now() + dt.timedelta(seconds=30))
+    rollout_preflight(rollout_id=rollout.pk, now=timezone.now() + dt.timedelta(seconds=30))
     rollout.refresh_from_db()
     assert rollout.state == S.PREFLIGHT  # still within the deadline
-    preflight(rollout.pk, now=timezone.now() + dt.timedelta(seconds=61))
+    rollout_preflight(rollout_id=rollout.pk, now=timezone.now() + dt.timedelta(seconds=61))
     rollout.refresh_from_db()
     assert rollout.state == S.FAILED
     event = rollout.events.get(to_state=S.FAILED)
@@ -90,6 +89,8 @@ def test_a_candidate_that_never_answers_fails_the_rollout_at_the_deadline(
     assert route.canary is None
 
 
+# A beat task: it writes in autocommit, so its publication runs at once, as in production.
+@pytest.mark.django_db(transaction=True)
 def test_the_probe_takes_an_out_of_memory_replica_out_of_the_gateways_rotation(
     lora_route: tuple[Route, Deployment], sim: SimFleet, redis_client: redis.Redis
 ) -> None:

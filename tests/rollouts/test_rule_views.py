@@ -9,7 +9,7 @@ import pytest
 import redis
 from django.test import Client
 
-from controlplane.models import AuditEvent
+from core.models import AuditEvent
 from rollouts.models import Deployment, Route, RouteRule
 from rollouts.services.rollouts import rollout_create
 from rollouts.services.rules import route_rule_create

@@ -10,10 +10,10 @@ import pytest
 import redis
 from django.db import connection
 
-from controlplane.errors import Conflict, DomainError, PermissionDenied
-from controlplane.models import AuditEvent
+from core.errors import Conflict, DomainError, PermissionDenied
+from core.models import AuditEvent
+from evaluation.step_stats import arm_stats
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
-from rollouts.engine import arm_stats
 from rollouts.models import Deployment, Route, RouteRule
 from rollouts.services.rollouts import rollout_control, rollout_create, rollout_start
 from rollouts.services.rules import route_rule_create, route_rule_delete, route_rule_update
@@ -251,7 +251,7 @@ def test_a_rule_whose_deployment_left_service_is_not_published(
         actor=release_manager, route=route, name="r", target=long_context, tiers=["batch"]
     )
     Deployment.objects.filter(pk=long_context.pk).update(state="draining")
-    from controlplane.gateway_config import publish_snapshot
+    from orchestration.gateway_snapshot import publish_snapshot
 
     publish_snapshot()
     snapshot = Snapshot.model_validate_json(redis_client.get(SNAPSHOT_KEY) or b"")

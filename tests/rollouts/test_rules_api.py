@@ -8,12 +8,12 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
-from controlplane.models import AuditEvent
+from core.models import AuditEvent
 from rollouts.models import Deployment, Route, RouteRule
 from rollouts.services.rules import route_rule_create
 from tenants.choices import Scope
 from tenants.models import Tenant, User
-from tenants.services import api_token_create
+from tenants.services.accounts import api_token_create
 from tests.factories import DeploymentFactory
 from tests.registry.factories import register
 

@@ -12,7 +12,7 @@ import redis
 from pytest_django.fixtures import Settings
 
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
-from rollouts.saturation import deployments_saturation_update
+from rollouts.services.saturation import deployments_saturation_update
 from tests.conftest import wait_for
 from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.registry.factories import register
@@ -28,6 +28,8 @@ def sim(tmp_path: Path) -> Iterator[SimFleet]:
     launcher.stop_all()
 
 
+# A beat task: it writes in autocommit, so its publication runs at once, as in production.
+@pytest.mark.django_db(transaction=True)
 def test_kv_cache_usage_and_queues_reach_the_deployment_and_the_gateway(
     sim: SimFleet,
     prometheus_factory: Callable[[list[str]], str],

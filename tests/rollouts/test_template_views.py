@@ -8,7 +8,7 @@ import pytest
 import redis
 from django.test import Client
 
-from controlplane.models import AuditEvent
+from core.models import AuditEvent
 from rollouts.models import Deployment, PlanTemplate, Rollout, Route
 from rollouts.plans import Plan, SloGates, Step
 from rollouts.services.templates import plan_template_create

@@ -9,7 +9,7 @@ import pytest
 import redis
 from django.db import connection
 
-from controlplane.errors import Conflict, DomainError
+from core.errors import Conflict, DomainError
 from registry.selectors import alias_target
 from rollouts.choices import RolloutState
 from rollouts.models import Deployment, Rollout, RolloutEvent, Route
@@ -176,7 +176,7 @@ def test_two_workers_deciding_at_once_move_one_step(
 def test_a_control_arm_runs_beside_the_canary_at_its_weight_until_the_rollout_ends(
     route: Route, candidate: Deployment, redis_client: redis.Redis
 ) -> None:
-    from controlplane.gateway_config import build_snapshot
+    from orchestration.gateway_snapshot import build_snapshot
 
     # A second copy of the baseline's artifact, on replicas of its own.
     control = DeploymentFactory.create(

@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from rollouts.models import Route
-from tenants import usage
 from tenants.models import Tenant
+from tenants.services import usage
 from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.registry.factories import register
 
@@ -69,5 +69,5 @@ def send(client: redis.Redis, *records: dict[str, Any]) -> None:
     """Appends records to the samples stream and counts them, as the beat task would."""
     for item in records:
         client.xadd(usage.STREAM, {"r": orjson.dumps(item)})
-    while usage.consume(consumer="test") > 0:
+    while usage.usage_consume(consumer="test") > 0:
         pass

@@ -5,9 +5,10 @@ from __future__ import annotations
 import redis
 from django.test import Client
 
-from controlplane.models import AuditEvent
+from core.models import AuditEvent
 from tenants.models import ApiKey, Budget, Tenant, User
-from tenants.services import api_key_create, budget_set
+from tenants.services.budgets import budget_set
+from tenants.services.gateway_keys import api_key_create
 
 
 def admin_client(user: User) -> Client:

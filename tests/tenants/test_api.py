@@ -10,11 +10,13 @@ from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
-from controlplane.models import AuditEvent
+from core.models import AuditEvent
 from rollouts.models import Route
 from tenants.choices import Scope
 from tenants.models import ApiKey, Budget, Tenant, User
-from tenants.services import api_key_create, api_token_create, budget_set
+from tenants.services.accounts import api_token_create
+from tenants.services.budgets import budget_set
+from tenants.services.gateway_keys import api_key_create
 from tenants.tokens import hash_secret
 from tests.tenants.conftest import sample, send
 

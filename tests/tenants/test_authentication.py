@@ -5,7 +5,7 @@ from rest_framework.test import APIClient
 
 from tenants.choices import Scope
 from tenants.models import ApiToken, User
-from tenants.services import api_token_create, api_token_revoke
+from tenants.services.accounts import api_token_create, api_token_revoke
 from tenants.tokens import hash_secret
 
 

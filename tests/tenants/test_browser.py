@@ -10,7 +10,7 @@ from playwright.sync_api import Page, expect
 from pytest_django.live_server_helper import LiveServer
 
 from tenants.choices import Role
-from tenants.services import budget_set
+from tenants.services.budgets import budget_set
 from tests.browser import page  # noqa: F401 -- fixture
 from tests.factories import PASSWORD, TenantFactory, UserFactory
 from tests.tenants.conftest import sample, send

@@ -14,12 +14,13 @@ import requests
 from django.conf import settings
 from django.core.management import call_command
 
-from controlplane.gateway_config import publish_snapshot, publish_snapshot_if_lost
 from gateway.budget_keys import DAY_TTL_S, day_key, month_key
-from tenants import usage
+from orchestration.gateway_snapshot import publish_snapshot, publish_snapshot_if_lost
 from tenants.budget_counters import budget_counters_rebuild, budget_counters_rebuild_if_lost
 from tenants.models import Tenant
-from tenants.services import api_key_create, budget_set
+from tenants.services import usage
+from tenants.services.budgets import budget_set
+from tenants.services.gateway_keys import api_key_create
 from tests.conftest import RedisServer
 from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.gateway.conftest import GatewayLauncher, GatewayProcess, wait_for_version
@@ -153,7 +154,7 @@ def test_a_tenant_out_of_its_day_budget_stays_refused_after_redis_restarts_empty
     statuses = [chat(gateway, secret).status_code for _ in range(12)]
     assert statuses[0] == 200
     assert statuses[-1] == 429
-    while usage.consume(consumer="test") > 0:
+    while usage.usage_consume(consumer="test") > 0:
         pass
 
     restartable_redis.restart()

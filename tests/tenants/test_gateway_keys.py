@@ -1,9 +1,10 @@
 import pytest
 
-from controlplane.errors import Conflict, DomainError
-from controlplane.models import AuditEvent
+from core.errors import Conflict, DomainError
+from core.models import AuditEvent
 from tenants.models import ApiKey, Budget, Tenant, User
-from tenants.services import api_key_create, api_key_revoke, budget_set
+from tenants.services.budgets import budget_set
+from tenants.services.gateway_keys import api_key_create, api_key_revoke
 from tenants.tokens import hash_secret
 
 

@@ -12,12 +12,14 @@ import pytest
 import redis
 import requests
 
-from controlplane.gateway_config import publish_snapshot
-from tenants import usage
+from orchestration.gateway_snapshot import publish_snapshot
 from tenants.choices import Granularity
 from tenants.models import ApiKey, RecentRejection, Tenant, UsageRollup
-from tenants.services import api_key_create, budget_set, tenant_create
-from tenants.soft_limits import soft_limits_check
+from tenants.services import usage
+from tenants.services.accounts import tenant_create
+from tenants.services.budgets import budget_set
+from tenants.services.gateway_keys import api_key_create
+from tenants.services.soft_limits import soft_limits_check
 from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.gateway.conftest import GatewayLauncher, GatewayProcess, wait_for_version
 from tests.registry.factories import register
@@ -49,7 +51,7 @@ def chat(gateway: GatewayProcess, secret: str) -> requests.Response:
 
 
 def counted(tenant: Tenant, **filters: Any) -> UsageRollup | None:
-    usage.consume(consumer="test")
+    usage.usage_consume(consumer="test")
     return UsageRollup.objects.filter(
         tenant=tenant, granularity=Granularity.MINUTE, **filters
     ).first()

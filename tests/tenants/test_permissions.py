@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 
 from tenants.choices import Scope
 from tenants.models import User
-from tenants.services import api_token_create
+from tenants.services.accounts import api_token_create
 
 
 class NeedsTenantsWrite(APIView):

@@ -35,7 +35,9 @@ from rollouts.models import Route
 from rollouts.services.rollouts import rollout_create
 from tenants.choices import Scope
 from tenants.models import ApiKey, Tenant, User
-from tenants.services import api_key_create, api_token_create, budget_set
+from tenants.services.accounts import api_token_create
+from tenants.services.budgets import budget_set
+from tenants.services.gateway_keys import api_key_create
 from tests.factories import DeploymentFactory, RouteFactory
 from tests.registry.factories import register
 from tests.tenants.conftest import sample, send

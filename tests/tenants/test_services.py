@@ -4,11 +4,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from controlplane.errors import Conflict
-from controlplane.models import AuditEvent
+from core.errors import Conflict
+from core.models import AuditEvent
 from tenants.choices import Role, Scope
 from tenants.models import ApiToken, Tenant, User
-from tenants.services import api_token_create, api_token_revoke, tenant_create, user_create
+from tenants.services.accounts import api_token_create, api_token_revoke, tenant_create, user_create
 
 
 def test_tenant_creation_is_audited(release_manager: User) -> None:

@@ -12,15 +12,15 @@ import pytest
 import redis
 from django.db import connection
 
-from controlplane.errors import DomainError
-from controlplane.gateway_config import publish_snapshot
-from controlplane.models import AuditEvent
+from core.errors import DomainError
+from core.models import AuditEvent
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
+from orchestration.gateway_snapshot import publish_snapshot
 from rollouts.models import Route
 from tenants.gauges import budget_keys
 from tenants.models import Budget, Tenant
-from tenants.services import budget_set
-from tenants.soft_limits import soft_limits_check
+from tenants.services.budgets import budget_set
+from tenants.services.soft_limits import soft_limits_check
 
 Capture = Callable[..., AbstractContextManager[list[Callable[[], Any]]]]
 

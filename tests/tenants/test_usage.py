@@ -13,10 +13,10 @@ import redis
 from django.db import connection
 from django.db.models import Sum
 
-from tenants import usage
 from tenants.choices import Granularity
 from tenants.models import ApiKey, RecentRejection, Tenant, UsageEntry, UsageRollup
-from tenants.services import api_key_create
+from tenants.services import usage
+from tenants.services.gateway_keys import api_key_create
 from tests.tenants.conftest import sample
 
 NOW = dt.datetime(2026, 11, 30, 12, 34, 56, tzinfo=dt.UTC)
@@ -54,7 +54,7 @@ def test_requests_are_summed_into_minute_and_hour_rows(
         rejection(tenant_a, "tokens_per_day"),
         rejection(tenant_a, "shed", status=503),
     )
-    assert usage.consume(consumer="w1") == 8
+    assert usage.usage_consume(consumer="w1") == 8
 
     minute = rollup(tenant_a, bucket=NOW.replace(second=0), arm="baseline")
     assert (minute.requests, minute.tokens_in, minute.tokens_out, minute.errors) == (3, 250, 25, 1)
@@ -81,10 +81,10 @@ def test_later_batches_add_to_existing_rows_and_merge_rejection_reasons(
     redis_client: redis.Redis, tenant_a: Tenant
 ) -> None:
     publish(redis_client, record(tenant_a), rejection(tenant_a, "requests_per_minute"))
-    usage.consume(consumer="w1")
+    usage.usage_consume(consumer="w1")
     publish(redis_client, record(tenant_a), rejection(tenant_a, "requests_per_minute"))
     publish(redis_client, rejection(tenant_a, "max_concurrent_requests"))
-    usage.consume(consumer="w1")
+    usage.usage_consume(consumer="w1")
     minute = rollup(tenant_a)
     assert (minute.requests, minute.tokens_in, minute.rejected) == (2, 200, 3)
     assert minute.rejections == {"requests_per_minute": 2, "max_concurrent_requests": 1}
@@ -100,11 +100,11 @@ def test_an_entry_processed_twice_counts_once(
         usage.GROUP, "dead-worker", {usage.STREAM: ">"}, count=10
     )
     entries = [(usage._decode(eid), usage.parse(fields)) for eid, fields in response[0][1]]
-    assert usage.record_entries(entries) == 2
+    assert usage.usage_record_entries(entries) == 2
     # Another worker claims them once they have been idle long enough.
     monkeypatch.setattr(usage, "CLAIM_IDLE_MS", 1)
     time.sleep(0.01)
-    assert usage.consume(consumer="w2") == 2
+    assert usage.usage_consume(consumer="w2") == 2
     minute = rollup(tenant_a)
     assert (minute.requests, minute.rejected) == (1, 1)
     assert RecentRejection.objects.count() == 1
@@ -118,7 +118,7 @@ def test_malformed_and_unknown_tenant_records_are_acknowledged_and_skipped(
     redis_client.xadd(usage.STREAM, {"r": b"{not json"})
     unknown = {**record(tenant_a), "tenant": "no-such-tenant"}
     publish(redis_client, unknown, record(tenant_a, status="x"), record(tenant_a))
-    assert usage.consume(consumer="w1") == 4
+    assert usage.usage_consume(consumer="w1") == 4
     assert UsageRollup.objects.filter(granularity=Granularity.MINUTE).count() == 1
     pending: Any = redis_client.xpending(usage.STREAM, usage.GROUP)
     assert pending["pending"] == 0
@@ -131,9 +131,9 @@ def test_recent_rejections_keep_the_newest_few_per_tenant(
     for second in range(5):
         ts = (NOW + dt.timedelta(seconds=second)).timestamp()
         publish(redis_client, rejection(tenant_a, f"limit-{second}", ts=ts))
-        usage.consume(consumer="w1")
+        usage.usage_consume(consumer="w1")
     publish(redis_client, rejection(tenant_b, "tokens_per_month"))
-    usage.consume(consumer="w1")
+    usage.usage_consume(consumer="w1")
     kept = list(RecentRejection.objects.filter(tenant=tenant_a).values_list("reason", flat=True))
     assert kept == ["limit-4", "limit-3", "limit-2"]
     assert RecentRejection.objects.filter(tenant=tenant_b).count() == 1
@@ -149,11 +149,11 @@ def test_records_that_name_their_key_set_its_last_use(
         record(tenant_a, key=str(key.pk)),
         record(tenant_a, key=str(key.pk), ts=later.timestamp()),
     )
-    usage.consume(consumer="w1")
+    usage.usage_consume(consumer="w1")
     assert ApiKey.objects.get(pk=key.pk).last_used_at == later
     # An older record arriving late never moves it back.
     publish(redis_client, record(tenant_a, key=str(key.pk)))
-    usage.consume(consumer="w1")
+    usage.usage_consume(consumer="w1")
     assert ApiKey.objects.get(pk=key.pk).last_used_at == later
 
 
@@ -166,12 +166,12 @@ def test_compaction_drops_old_minute_rows_and_keeps_the_hour_totals(
         *[record(tenant_a, ts=(old + dt.timedelta(minutes=m)).timestamp()) for m in range(3)],
         record(tenant_a),
     )
-    usage.consume(consumer="w1")
+    usage.usage_consume(consumer="w1")
     before = UsageRollup.objects.filter(granularity=Granularity.HOUR).aggregate(Sum("requests"))
     assert UsageRollup.objects.filter(granularity=Granularity.MINUTE).count() == 4
 
-    assert usage.compact(now=NOW) == 3
-    assert usage.compact(now=NOW) == 0  # idempotent
+    assert usage.usage_compact(now=NOW) == 3
+    assert usage.usage_compact(now=NOW) == 0  # idempotent
     minutes = UsageRollup.objects.filter(granularity=Granularity.MINUTE)
     assert list(minutes.values_list("bucket", flat=True)) == [NOW.replace(second=0)]
     after = UsageRollup.objects.filter(granularity=Granularity.HOUR).aggregate(Sum("requests"))
@@ -182,11 +182,13 @@ def test_compaction_forgets_processed_entry_ids_after_a_day(
     redis_client: redis.Redis, tenant_a: Tenant
 ) -> None:
     publish(redis_client, record(tenant_a))
-    usage.consume(consumer="w1")
+    usage.usage_consume(consumer="w1")
     assert UsageEntry.objects.count() == 1
-    usage.compact(now=dt.datetime.now(dt.UTC))
+    usage.usage_compact(now=dt.datetime.now(dt.UTC))
     assert UsageEntry.objects.count() == 1
-    usage.compact(now=dt.datetime.now(dt.UTC) + usage.ENTRY_RETENTION + dt.timedelta(minutes=1))
+    usage.usage_compact(
+        now=dt.datetime.now(dt.UTC) + usage.ENTRY_RETENTION + dt.timedelta(minutes=1)
+    )
     assert UsageEntry.objects.count() == 0
 
 
@@ -204,7 +206,7 @@ def test_two_workers_counting_the_same_entries_at_once_count_them_once(
     def work() -> None:
         barrier.wait()
         try:
-            counts.append(usage.record_entries(entries))
+            counts.append(usage.usage_record_entries(entries))
         finally:
             connection.close()
 

@@ -15,11 +15,12 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from controlplane.models import AuditEvent
+from core.models import AuditEvent
 from rollouts.models import Route
 from tenants.gauges import budget_keys
 from tenants.models import ApiKey, Budget, Tenant, User
-from tenants.services import api_key_create, budget_set
+from tenants.services.budgets import budget_set
+from tenants.services.gateway_keys import api_key_create
 from tenants.tokens import hash_secret
 from tests.tenants.conftest import sample, send
 

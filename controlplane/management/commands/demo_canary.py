@@ -3,7 +3,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from controlplane.gateway_config import publish_snapshot
+from orchestration.gateway_snapshot import publish_snapshot
 from rollouts.choices import LIVE_STATES
 from rollouts.models import Deployment, PlanTemplate, Rollout, Route
 from rollouts.seed import ROUTE

@@ -5,7 +5,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
-from controlplane.gateway_config import publish_snapshot
+from orchestration.gateway_snapshot import publish_snapshot
 from registry import seed as registry_seed
 from rollouts import seed as rollouts_seed
 from tenants import seed as tenants_seed

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from django.db import connection
 from django.utils import timezone
 
-from rollouts import providers
-from rollouts.choices import DeploymentState, RolloutState
-from rollouts.models import Deployment, Rollout
-from rollouts.plans import SloGates
-from rollouts.services.rollouts import rollout_transition
-
-if TYPE_CHECKING:
-    from evaluation.judging import Look
+from evaluation.judging import Look, keep, step_look
+from evaluation.step_stats import arm_stats
+from rollouts.choices import RolloutState
+from rollouts.models import Rollout
+from rollouts.plans import ArmStats, SloGates
+from rollouts.services.rollouts import rollout_preflight, rollout_transition
 
 # "hold" keeps the step running; "pause" stops the rollout for a person.
 Action = Literal["hold", "rollback", "advance", "promote", "pause"]
@@ -35,55 +32,16 @@ SAMPLE_PATIENCE_S = 300
 
 
 @dataclass(frozen=True)
-class ArmStats:
-    samples: int
-    errors: int
-    timeouts: int
-    ttft_p95_ms: float | None
-    tpot_p95_ms: float | None
-
-    @property
-    def error_rate(self) -> float:
-        return self.errors / self.samples if self.samples else 0.0
-
-    @property
-    def timeout_rate(self) -> float:
-        return self.timeouts / self.samples if self.samples else 0.0
-
-
-@dataclass(frozen=True)
 class Decision:
     action: Action
     reason: str
     evidence: dict[str, object]
 
 
-_STATS = """
-SELECT count(*),
-       count(*) FILTER (WHERE status >= 500 AND status <> 504 OR finish = 'error'),
-       count(*) FILTER (WHERE status = 504),
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY ttft_ms),
-       percentile_cont(0.95) WITHIN GROUP (ORDER BY tpot_ms)
-FROM evaluation_requestsample
-WHERE rollout_id = %s AND arm = %s AND ts >= %s AND status <> 499 AND finish <> 'rejected'
-"""
-
-
-def arm_stats(rollout_id: int, arm: str, since: dt.datetime) -> ArmStats:
-    """Client disconnects (499) and requests the gateway refused say nothing about the model and
-    are left out."""
-    with connection.cursor() as cursor:
-        cursor.execute(_STATS, [str(rollout_id), arm, since])
-        samples, errors, timeouts, ttft, tpot = cursor.fetchone()
-    return ArmStats(samples, errors, timeouts, ttft, tpot)
-
-
 def relative_judgment(
     rollout: Rollout, *, now: dt.datetime | None = None, final: bool = False
 ) -> Look | None:
     """The A/B judge's look at the current step (None at a step it does not compare)."""
-    from evaluation.judging import step_look  # the evaluation app reads this app's models
-
     return step_look(rollout, now=now or timezone.now(), final=final)
 
 
@@ -91,8 +49,6 @@ def _keep(
     look: Look, rollout: Rollout, evidence: dict[str, object], *, acted: bool, record: bool
 ) -> None:
     """Stores the look (sparingly, unless acted on) and names it in the decision's evidence."""
-    from evaluation.judging import keep
-
     verdict = keep(look, rollout=rollout, acted=acted) if record else None
     evidence["judge"] = {
         "decision": str(look.decision),
@@ -192,51 +148,12 @@ TO_STATE: dict[Action, RolloutState] = {
 }
 
 
-def preflight(rollout_id: int, now: dt.datetime | None = None) -> None:
-    """Gets the candidate ready (loading adapters) and starts the first step once every replica
-    answers a real inference for it; fails the rollout past the plan's progress deadline."""
-    rollout = (
-        Rollout.objects.select_related("candidate__fleet", "candidate__artifact")
-        .filter(pk=rollout_id)
-        .first()
-    )
-    if rollout is None or rollout.state != RolloutState.PREFLIGHT:
-        return
-    candidate = rollout.candidate
-    if candidate.state != DeploymentState.READY:
-        problems = providers.prepare(candidate)
-        ready, not_ready = providers.is_ready(candidate)
-        if not ready:
-            began = (
-                rollout.events.filter(to_state=RolloutState.PREFLIGHT)
-                .values_list("created_at", flat=True)
-                .last()
-            )
-            waited = ((now or timezone.now()) - (began or rollout.created_at)).total_seconds()
-            if waited > rollout.parsed_plan.progress_deadline_s:
-                rollout_transition(
-                    rollout_id=rollout.pk,
-                    to=RolloutState.FAILED,
-                    actor=None,
-                    reason=f"the candidate was not ready after {waited:.0f} s",
-                    evidence={"problems": problems + not_ready},
-                )
-            return
-        Deployment.objects.filter(pk=candidate.pk).update(state=DeploymentState.READY)
-    rollout_transition(
-        rollout_id=rollout.pk,
-        to=RolloutState.RUNNING,
-        actor=None,
-        reason="preflight passed: every replica answers the candidate",
-    )
-
-
 def advance(rollout_id: int) -> Decision | None:
     """One tick for one rollout. Safe to run twice: the transition is a compare-and-set on the
     step the decision was taken on."""
     rollout = Rollout.objects.filter(pk=rollout_id).first()
     if rollout is not None and rollout.state == RolloutState.PREFLIGHT:
-        preflight(rollout_id)
+        rollout_preflight(rollout_id=rollout_id)
         return None
     if rollout is None or rollout.state != RolloutState.RUNNING:
         return None

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 import redis
 
-from controlplane.redis import get_redis
+from core.redis import get_redis
 from gateway.sample import Sample
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from controlplane.models import AuditEvent
+from core.models import AuditEvent
 
 
 @admin.register(AuditEvent)

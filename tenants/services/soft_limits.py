@@ -16,10 +16,10 @@ import redis
 from django.db import transaction
 from django.db.models import Q
 
-from controlplane.audit import audit_record
+from core.audit import audit_record
+from core.publication import gateway_snapshot_changed
 from tenants.gauges import current_usage
 from tenants.models import Budget, Tenant
-from tenants.services import _publish_gateway_config
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,6 @@ def soft_limits_check(*, now: dt.datetime | None = None) -> list[str]:
                     "action": budget.soft_limit_action if budget else None,
                 },
             )
-            _publish_gateway_config()
+            gateway_snapshot_changed()
         changed.append(tenant.slug)
     return changed

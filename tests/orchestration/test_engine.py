@@ -8,8 +8,8 @@ import random
 import redis
 from django.utils import timezone
 
+from orchestration.engine import advance, decide
 from rollouts.choices import RolloutState
-from rollouts.engine import advance, decide
 from rollouts.models import Rollout, RolloutEvent
 from tests.conftest import stored
 
@@ -103,8 +103,8 @@ def test_the_last_step_needs_no_baseline_samples(running: Rollout) -> None:
 def test_the_gateway_records_carry_the_live_rollout(
     running: Rollout, redis_client: redis.Redis
 ) -> None:
-    from controlplane.gateway_config import publish_snapshot
     from gateway.snapshot import SNAPSHOT_KEY, Snapshot
+    from orchestration.gateway_snapshot import publish_snapshot
 
     publish_snapshot()
     snapshot = Snapshot.model_validate_json(redis_client.get(SNAPSHOT_KEY) or "")

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from django.utils import timezone
 from pydantic import ValidationError
 
-from controlplane.redis import get_redis
+from core.redis import get_redis
 from evaluation.costs import deployment_unit_cost
 from gateway import snapshot as schema
 from rollouts.choices import LIVE_STATES, DeploymentState, ReplicaState

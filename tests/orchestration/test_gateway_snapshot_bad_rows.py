@@ -9,14 +9,15 @@ from __future__ import annotations
 import redis
 from django.test import Client
 
-from controlplane.gateway_config import left_out_of_published, publish_snapshot
 from gateway.snapshot import SNAPSHOT_KEY, Snapshot
+from orchestration.gateway_snapshot import left_out_of_published, publish_snapshot
 from rollouts.models import Deployment, Fleet, Replica
 from rollouts.plans import Plan, Step
 from rollouts.services.rollouts import rollout_control, rollout_create, rollout_start
 from rollouts.services.rules import route_rule_create
 from tenants.models import Budget, Tenant, User
-from tenants.services import api_key_create, api_key_revoke, budget_set
+from tenants.services.budgets import budget_set
+from tenants.services.gateway_keys import api_key_create, api_key_revoke
 from tenants.tokens import hash_secret
 from tests.factories import DeploymentFactory, RouteFactory
 from tests.registry.factories import register

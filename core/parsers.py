@@ -5,7 +5,7 @@ levels deep, and authentication classes that read the body (the Flagger webhook'
 in it) run before any view code could catch it. These parsers refuse JSON nested deeper than any
 Tollgate document, and a NUL character anywhere in the data, since Postgres stores none in text
 or jsonb columns. The body's size is bounded before they see it: DRF reads it through Django's
-`request.body`, which refuses more than DATA_UPLOAD_MAX_MEMORY_SIZE (a 413, controlplane/api.py).
+`request.body`, which refuses more than DATA_UPLOAD_MAX_MEMORY_SIZE (a 413, core/api.py).
 """
 
 from __future__ import annotations

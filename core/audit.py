@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser
 from django.db import models
 
-from controlplane.models import AuditEvent
-
-if TYPE_CHECKING:
-    from tenants.models import Tenant, User
+from core.models import AuditEvent
 
 
 def audit_record(
     *,
-    actor: User | None,
+    actor: AbstractBaseUser | None,
     action: str,
     target: models.Model | tuple[str, str],
-    tenant: Tenant | None = None,
+    tenant: models.Model | None = None,
     reason: str = "",
     data: dict[str, Any] | None = None,
 ) -> AuditEvent:
@@ -27,13 +25,14 @@ def audit_record(
     target_type, target_id = (
         target if isinstance(target, tuple) else (target._meta.label_lower, str(target.pk))
     )
+    # By id: the users and tenants are the tenants app's, which sits above this one.
     return AuditEvent.objects.create(
-        actor=actor,
+        actor_id=actor.pk if actor is not None else None,
         actor_name=actor.get_username() if actor is not None else "system",
         action=action,
         target_type=target_type,
         target_id=target_id,
-        tenant=tenant,
+        tenant_id=tenant.pk if tenant is not None else None,
         reason=reason,
         data=data or {},
     )

@@ -1,7 +1,7 @@
 """What the HTML views share: the request type of a signed-in page, whether htmx asked for a
 fragment, the release-manager check, and how a domain error becomes a 404 or a 403.
 
-The DRF views have their own mapping (controlplane/api.py): this one is for pages.
+The DRF views have their own mapping (core/api.py): this one is for pages.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from django.core.exceptions import PermissionDenied as Forbidden
 from django.http import Http404
 
-from controlplane.errors import NotFound, PermissionDenied
-from controlplane.http import HtmxHttpRequest
+from core.errors import NotFound, PermissionDenied
+from core.http import HtmxHttpRequest
 from tenants.models import User
 
 

@@ -17,7 +17,8 @@ from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests import RequestException
 from urllib3.util.retry import Retry
 
-from rollouts.models import Deployment, Route, RouteRule
+from core.publication import gateway_snapshot_changed
+from rollouts.models import Deployment
 
 logger = logging.getLogger(__name__)
 # Changes smaller than these are noise, not worth a new gateway configuration.
@@ -50,15 +51,9 @@ def deployments_saturation_update() -> int:
     except (PrometheusApiClientException, RequestException) as exc:
         logger.warning("saturation not updated, Prometheus did not answer: %s", exc)
         return 0
-    in_routes = Route.objects.values_list("baseline", flat=True).union(
-        Route.objects.exclude(canary=None).values_list("canary", flat=True),
-        # Rule targets take traffic too: their saturation sheds lower tiers the same way.
-        RouteRule.objects.values_list("target", flat=True),
-    )
     changed = 0
-    for deployment in Deployment.objects.filter(pk__in=in_routes).prefetch_related(
-        "fleet__replicas"
-    ):
+    # Every deployment in use sheds the same way: rule targets and control copies take traffic too.
+    for deployment in Deployment.objects.in_use().prefetch_related("fleet__replicas"):
         # The engine behind a LoRA adapter reports under its base model's name: match by replica.
         instances = {_instance(r.base_url) for r in deployment.fleet.replicas.all()}
         kv_values = [v for (i, _), v in kv.items() if i in instances]
@@ -74,7 +69,5 @@ def deployments_saturation_update() -> int:
             )
             changed += 1
     if changed:
-        from controlplane.gateway_config import publish_snapshot
-
-        publish_snapshot()
+        gateway_snapshot_changed()
     return changed
