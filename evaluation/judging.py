@@ -1,7 +1,7 @@
 """The judge at work on a rollout: read one step's samples of both arms, ask the statistical core
 (`evaluation.judge`), and keep the answer as a `Verdict` that names the samples it read.
 
-The engine (`rollouts.engine.relative_judgment`) looks on every tick: interim looks while the step
+The engine (`orchestration.engine`) looks on every tick: interim looks while the step
 bakes (they may only roll back), a final look once bake time and minimum samples are met. Looks
 are not all stored: a 2 s tick would write thousands of rows a day. A look is kept when the
 engine acts on it, when its decision or any metric's outcome differs from the last one kept for
@@ -49,16 +49,18 @@ class Look:
         return f"{self.decision} ({look} look at step {self.step + 1}): {self.report.reason}"
 
     def waiting_for_samples(self, policy: Policy = DEFAULT_POLICY) -> list[str]:
-        """The blocking metrics left unresolved only for want of samples: more time settles
-        them, so they are no reason to call a person yet."""
-        blocking = {m.name for m in policy.metrics if getattr(m, "blocking", True)}
-        return [
-            v.metric
-            for v in self.report.verdicts
-            if v.outcome is Outcome.INCONCLUSIVE
-            and v.metric in blocking
-            and v.rule.startswith(TOO_FEW)
-        ]
+        return waiting_for_samples(self.report, policy)
+
+
+def waiting_for_samples(report: Report, policy: Policy = DEFAULT_POLICY) -> list[str]:
+    """The blocking metrics left unresolved only for want of samples: more time settles them,
+    so they are no reason to call a person yet."""
+    blocking = {m.name for m in policy.metrics if m.blocking}
+    return [
+        v.metric
+        for v in report.verdicts
+        if v.outcome is Outcome.INCONCLUSIVE and v.metric in blocking and v.rule.startswith(TOO_FEW)
+    ]
 
 
 def judged_steps(rollout: Rollout) -> list[int]:
@@ -85,19 +87,41 @@ def report_of(
         DEFAULT_POLICY,
         control=control,
         final=final,
-        steps=max(1, len(judged)),
         last_step=bool(judged) and window.step == judged[-1],
     )
 
 
+def step_window(rollout: Rollout) -> tuple[selectors.Window, dict[str, ArmSamples]]:
+    """The samples a look at the current step reads: every judged step's so far (the evidence
+    of the 5% step carries into the 25% one), or the current step's alone where none is judged
+    (the 100% step, whose samples only the guardrails read)."""
+    step = rollout.step_index
+    judged = judged_steps(rollout)
+    first = judged[0] if step in judged else step
+    return selectors.current_window(rollout.pk, step, first_step=first)
+
+
+def look_at(
+    rollout: Rollout,
+    window: selectors.Window,
+    samples: dict[str, ArmSamples],
+    *,
+    now: dt.datetime,
+    final: bool,
+) -> Look | None:
+    """The judge's look at `samples` (read for `window`); None at a step it does not compare."""
+    if window.step not in judged_steps(rollout):
+        return None
+    report = report_of(window, rollout=rollout, final=final, samples=samples)
+    return Look(rollout.pk, window.step, now, final, report, window)
+
+
 def step_look(rollout: Rollout, *, now: dt.datetime, final: bool) -> Look | None:
     """A look at the rollout's current step; None at a step the judge does not compare."""
-    step = rollout.step_index
-    if step not in judged_steps(rollout):
+    if rollout.step_index not in judged_steps(rollout):
         return None
-    window, samples = selectors.current_window(rollout.pk, step)
-    report = report_of(window, rollout=rollout, final=final, samples=samples)
-    return Look(rollout.pk, step, now, final, report, window)
+    window, samples = step_window(rollout)
+    return look_at(rollout, window, samples, now=now, final=final)
 
 
 def _outcomes(report: dict[str, Any]) -> tuple[object, ...]:

@@ -250,7 +250,7 @@ def build(rollout: Rollout, *, step: int | None = None, with_signals: bool = Tru
     rows = arm_rows(rollout.pk, step)
     if rollout.control_id is None:
         del rows["control"]
-    feedback = selectors.feedback_counts(rollout.pk, step, max_sample_id=2**62)
+    feedback = selectors.feedback_counts(rollout.pk, (step, step), max_sample_id=2**62)
     for arm, (positive, negative) in feedback.items():
         if arm in rows:
             rows[arm].feedback_positive, rows[arm].feedback_negative = positive, negative

@@ -30,14 +30,17 @@ COLUMNS = (
     "prompt_tokens",
     "output_tokens",
     "tool",
-    "concurrency",
     "cost",
+    "ts",
+    "replica",
+    "step",
 )
 
 
 @dataclass(frozen=True)
 class Window:
-    """Which stored samples a look read: one step of one rollout, up to a sample id, and the
+    """Which stored samples a look read: the steps `first_step` to `step` of one rollout (the
+    evidence of earlier judged steps carries into later ones), up to a sample id, and the
     feedback counted then (feedback can arrive or change later; the counts keep the look
     reproducible)."""
 
@@ -49,6 +52,12 @@ class Window:
     # throughput follows the load, so a lightly loaded canary would look dearer per token for
     # its idle GPUs alone (see evaluation.costs).
     costs_comparable: bool = True
+    # Verdicts stored before evidence carried across steps read their own step alone.
+    first_step: int | None = None
+
+    @property
+    def steps(self) -> tuple[int, int]:
+        return (self.step if self.first_step is None else self.first_step, self.step)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +66,7 @@ class Window:
             "max_sample_id": self.max_sample_id,
             "feedback": {arm: list(counts) for arm, counts in self.feedback.items()},
             "costs_comparable": self.costs_comparable,
+            "first_step": self.first_step,
         }
 
     @classmethod
@@ -68,6 +78,7 @@ class Window:
             max_sample_id=int(data["max_sample_id"]),
             feedback={arm: (int(c[0]), int(c[1])) for arm, c in feedback.items()},
             costs_comparable=bool(data.get("costs_comparable", True)),
+            first_step=None if data.get("first_step") is None else int(data["first_step"]),
         )
 
 
@@ -75,18 +86,29 @@ def step_samples(rollout_id: int, step: int) -> QuerySet[RequestSample]:
     return RequestSample.objects.filter(rollout_id=rollout_id, step=step)
 
 
-def current_window(rollout_id: int, step: int) -> tuple[Window, dict[str, ArmSamples]]:
-    """The step's samples stored so far, as the judge's columns per arm, and the window that
-    names them (with the feedback counted now). Two queries, whatever the number of samples."""
+def steps_samples(rollout_id: int, steps: tuple[int, int]) -> QuerySet[RequestSample]:
+    return RequestSample.objects.filter(
+        rollout_id=rollout_id, step__gte=steps[0], step__lte=steps[1]
+    )
+
+
+def current_window(
+    rollout_id: int, step: int, *, first_step: int
+) -> tuple[Window, dict[str, ArmSamples]]:
+    """The samples of steps `first_step` to `step` stored so far, as the judge's columns per
+    arm, and the window that names them (with the feedback counted now). Two queries, whatever
+    the number of samples."""
     rows = list(
-        step_samples(rollout_id, step)
+        steps_samples(rollout_id, (first_step, step))
         .filter(arm__in=ARMS)
         .order_by("id")
         .values_list("id", "arm", *COLUMNS)
     )
     max_id = rows[-1][0] if rows else 0
-    feedback = feedback_counts(rollout_id, step, max_id)
-    window = Window(rollout_id, step, max_id, feedback, costs_entered(rollout_id))
+    feedback = feedback_counts(rollout_id, (first_step, step), max_id)
+    window = Window(
+        rollout_id, step, max_id, feedback, costs_entered(rollout_id), first_step=first_step
+    )
     return window, {
         arm: _columns([r[2:] for r in rows if r[1] == arm], window, arm) for arm in ARMS
     }
@@ -103,12 +125,15 @@ def costs_entered(rollout_id: int) -> bool:
     return entered.count() == 2
 
 
-def feedback_counts(rollout_id: int, step: int, max_sample_id: int) -> dict[str, tuple[int, int]]:
+def feedback_counts(
+    rollout_id: int, steps: tuple[int, int], max_sample_id: int
+) -> dict[str, tuple[int, int]]:
     positive = Q(value__in=sorted(POSITIVE_FEEDBACK))
     rows = (
         Feedback.objects.filter(
             sample__rollout_id=rollout_id,
-            sample__step=step,
+            sample__step__gte=steps[0],
+            sample__step__lte=steps[1],
             sample__arm__in=ARMS,
             sample_id__lte=max_sample_id,
         )
@@ -124,7 +149,7 @@ def feedback_counts(rollout_id: int, step: int, max_sample_id: int) -> dict[str,
 def window_samples(window: Window) -> dict[str, ArmSamples]:
     """Both arms' samples in a stored window, as columns (one query, no model instances)."""
     rows = list(
-        step_samples(window.rollout_id, window.step)
+        steps_samples(window.rollout_id, window.steps)
         .filter(arm__in=ARMS, id__lte=window.max_sample_id)
         .order_by("id")
         .values_list("arm", *COLUMNS)
@@ -145,6 +170,7 @@ def _columns(rows: list[tuple[Any, ...]], window: Window, arm: str) -> ArmSample
         columns["cost"] = [
             cost if cost > 0 and window.costs_comparable else None for cost in columns["cost"]
         ]
+        columns["ts"] = [at.timestamp() for at in columns["ts"]]
     return ArmSamples.from_columns(columns, feedback_positive=positive, feedback_negative=negative)
 
 

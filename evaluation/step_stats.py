@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 
+import numpy as np
+import numpy.typing as npt
 from django.db import connection
 
+from evaluation.judge import ArmSamples
 from rollouts.choices import LIVE_STATES
 from rollouts.models import Rollout
 from rollouts.plans import ArmStats
@@ -39,3 +42,21 @@ def step_stats(rollout: Rollout) -> dict[str, ArmStats] | None:
     return {
         arm: arm_stats(rollout.pk, arm, rollout.step_started_at) for arm in ("baseline", "canary")
     }
+
+
+def arm_stats_of(samples: ArmSamples) -> ArmStats:
+    """The same figures as `arm_stats`, from samples already in memory (what a tick reads)."""
+    counted = (samples.status != 499) & (samples.finish != "rejected")
+    errors = ((samples.status >= 500) & (samples.status != 504)) | (samples.finish == "error")
+    return ArmStats(
+        samples=int(counted.sum()),
+        errors=int((counted & errors).sum()),
+        timeouts=int((counted & (samples.status == 504)).sum()),
+        ttft_p95_ms=_p95(samples.ttft_ms[counted]),
+        tpot_p95_ms=_p95(samples.tpot_ms[counted]),
+    )
+
+
+def _p95(values: npt.NDArray[np.float64]) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(np.percentile(finite, 95)) if len(finite) else None

@@ -62,10 +62,20 @@ def table_rows(built: report.Report) -> list[dict[str, Any]]:
                 "outcome": verdict.get("outcome", ""),
                 "rule": verdict.get("rule", ""),
                 "difference": difference,
-                "threshold": show_change(verdict.get("threshold"), relative),
+                "threshold": _margins(verdict, relative),
             }
         )
     return rows
+
+
+def _margins(verdict: dict[str, Any], relative: bool) -> str:
+    """The fail margin, and the pass margin where it differs (verdicts stored before the two
+    were told apart have one)."""
+    fail = show_change(verdict.get("threshold"), relative)
+    passes = show_change(verdict.get("pass_threshold"), relative)
+    if not passes or passes == fail:
+        return fail
+    return f"fail {fail}, pass {passes}"
 
 
 def fleet_rows(built: report.Report) -> list[tuple[str, list[str | None]]]:

@@ -38,6 +38,7 @@ from gateway.requests import (
     validate,
 )
 from gateway.routing import ReplicaLoad, choose_arm, choose_replica, match_rule
+from gateway.sessions import session_key
 from gateway.settings import Settings
 from gateway.snapshot import ApiKey, Arm, Route, Snapshot, Tenant
 from gateway.store import SnapshotStore
@@ -302,11 +303,12 @@ class GatewayApp:
         started: float,
     ) -> Call:
         budget = tenant.budget
+        request_id = uuid.uuid4().hex
         rough = estimate_prompt_tokens(payload, chat=chat)
         # A route rule takes the request out of the split (see gateway.routing); a forced arm
         # chooses between baseline and canary only for requests no rule claims.
         arm = match_rule(route, tenant, rough) or self._choose_arm(
-            scope, key, tenant, route, payload
+            scope, key, tenant, route, payload, request_id
         )
         deployment = snapshot.deployments[arm.deployment_id]
         tokenizer = self.store.tokenizer(deployment.tokenizer_dir)
@@ -364,7 +366,7 @@ class GatewayApp:
                 )
         options = payload.get("stream_options") or {}
         return Call(
-            request_id=uuid.uuid4().hex,
+            request_id=request_id,
             arrival=arrival,
             started=started,
             chat=chat,
@@ -384,7 +386,13 @@ class GatewayApp:
         )
 
     def _choose_arm(
-        self, scope: Scope, key: ApiKey, tenant: Tenant, route: Route, payload: dict[str, Any]
+        self,
+        scope: Scope,
+        key: ApiKey,
+        tenant: Tenant,
+        route: Route,
+        payload: dict[str, Any],
+        request_id: str,
     ) -> Arm:
         forced = _header(scope, FORCE_ARM_HEADER)
         if forced:
@@ -399,12 +407,13 @@ class GatewayApp:
                 names = ", ".join(a.name for a in route.arms)
                 raise bad_request(f"X-Tollgate-Arm must be one of: {names}.", code="unknown_arm")
             return arm
-        session = tenant.id
-        if route.stickiness == "user" and isinstance(payload.get("user"), str):
-            session = payload["user"] or tenant.id
-        elif route.stickiness == "session":
-            session = _header(scope, SESSION_HEADER) or tenant.id
-        return choose_arm(route, f"{tenant.id}\0{session}")
+        session = session_key(
+            stickiness=route.stickiness,
+            payload=payload,
+            session_header=_header(scope, SESSION_HEADER),
+            request_id=request_id,
+        )
+        return choose_arm(route, f"{tenant.id}\0{session or tenant.id}")
 
     def _shed_if_saturated(self, call: Call) -> None:
         headroom = SHED_HEADROOM[call.tenant.tier]

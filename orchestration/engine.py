@@ -1,27 +1,37 @@
 """What a tick decides for a running rollout: hold, roll back, move on, or promote.
 
-Fast guardrails run on every tick on the current step's candidate samples (error rate, timeout
-rate, hard SLO breaches) and roll back the moment they are crossed, whatever the bake time. The
-A/B judge (the evaluation app, through `relative_judgment`) compares the candidate with the
-baseline on every tick too: interim looks while the step bakes may only roll back; once the step
-has baked and holds enough samples, a final look passes it (next step or promotion), rolls back,
-or pauses the rollout for a person when the evidence stays unresolved at the last judged step.
-The 100% step has no baseline traffic to compare with and runs on the guardrails alone.
+One error budget covers every path that can roll a candidate back (`Policy.alpha`, per rollout):
+the SLO guardrails run on every tick on the current step's candidate samples as sequential tests
+of "within the limit" (`evaluation.judge.guardrails`) at their share of it; the A/B judge
+compares the candidate with the baseline on every tick too, with anytime-valid bounds at the
+rest of it: interim looks while the step bakes may only roll back; once the step has baked and
+holds enough samples, a final look passes it (next step or promotion), rolls back, or pauses the
+rollout for a person when the evidence stays unresolved at the last judged step. The 100% step
+has no baseline traffic to compare with and runs on the guardrails alone.
+
+`decide_on` is the decision itself, on samples in memory: the Celery tick (`advance`) calls it
+on the stored samples, and `bench/judge_calibration.py` on simulated ones, so the error rates
+the bench measures are the engine's.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+import numpy as np
 from django.utils import timezone
 
-from evaluation.judging import Look, keep, step_look
-from evaluation.step_stats import arm_stats
+from evaluation import judging
+from evaluation.judge import DEFAULT_POLICY, ArmSamples, Policy, Report
+from evaluation.judge import Decision as JudgeDecision
+from evaluation.judge.guardrails import GuardrailTest, share_above_limit
+from evaluation.step_stats import arm_stats_of
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout
-from rollouts.plans import ArmStats, SloGates
+from rollouts.plans import Plan, SloGates
 from rollouts.services.rollouts import rollout_preflight, rollout_transition
 
 # "hold" keeps the step running; "pause" stops the rollout for a person.
@@ -29,6 +39,20 @@ Action = Literal["hold", "rollback", "advance", "promote", "pause"]
 # How long past its bake time the last judged step may wait for the samples the judge needs
 # before a person is asked instead: this, or twice the bake time if longer.
 SAMPLE_PATIENCE_S = 300
+# A latency gate ("TTFT p95 under 300 ms") is a share of requests over the gate: 5% for a p95.
+P95_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class TickState:
+    """What a tick knows of the rollout besides its samples."""
+
+    plan: Plan
+    gates: SloGates
+    step_index: int
+    baked_s: float
+    resumed: bool  # a person resumed the rollout at this step (asking for more evidence)
+    judged: bool  # whether the judge compares arms at this step (every step but 100%)
 
 
 @dataclass(frozen=True)
@@ -36,108 +60,184 @@ class Decision:
     action: Action
     reason: str
     evidence: dict[str, object]
+    report: Report | None = None  # the judge's look this tick took, if any
+    # Whether the action rests on that look (a look that changed nothing is stored sparingly).
+    acted_on_look: bool = False
+    guardrails: list[GuardrailTest] = field(default_factory=list)
 
 
-def relative_judgment(
-    rollout: Rollout, *, now: dt.datetime | None = None, final: bool = False
-) -> Look | None:
-    """The A/B judge's look at the current step (None at a step it does not compare)."""
-    return step_look(rollout, now=now or timezone.now(), final=final)
-
-
-def _keep(
-    look: Look, rollout: Rollout, evidence: dict[str, object], *, acted: bool, record: bool
-) -> None:
-    """Stores the look (sparingly, unless acted on) and names it in the decision's evidence."""
-    verdict = keep(look, rollout=rollout, acted=acted) if record else None
-    evidence["judge"] = {
-        "decision": str(look.decision),
-        "final": look.final,
-        "reason": look.report.reason,
-        "verdict": verdict.pk if verdict is not None else None,
-        "summary": str(look),
-    }
-
-
-def decide(rollout: Rollout, now: dt.datetime | None = None, *, record: bool = False) -> Decision:
-    """What this tick would do. `record` stores the judge's look as a verdict (the tick does;
-    a page that previews the decision does not)."""
-    now = now or timezone.now()
-    started = rollout.step_started_at or now  # set on entering RUNNING; never None there
-    step = rollout.parsed_plan.steps[rollout.step_index]
-    gates = rollout.parsed_gates
-    canary = arm_stats(rollout.pk, "canary", started)
-    baseline = arm_stats(rollout.pk, "baseline", started)
-    control = arm_stats(rollout.pk, "control", started) if rollout.control_id else None
-    baked_s = (now - started).total_seconds()
+def decide_on(
+    state: TickState,
+    step_arms: dict[str, ArmSamples],
+    look: Callable[[bool], Report | None],
+    policy: Policy = DEFAULT_POLICY,
+) -> Decision:
+    """The tick's decision. `step_arms` are this step's samples per arm (baseline, canary,
+    control); `look(final)` is the judge's look at the evidence so far (every judged step's
+    samples), None at a step it does not judge."""
+    step = state.plan.steps[state.step_index]
+    canary, baseline = step_arms["canary"], step_arms["baseline"]
+    control = step_arms.get("control")
+    canary_stats = arm_stats_of(canary)
     evidence: dict[str, object] = {
-        "step": rollout.step_index,
+        "step": state.step_index,
         "weight": step.weight,
-        "baked_s": round(baked_s, 1),
-        "canary": asdict(canary),
-        "baseline": asdict(baseline),
+        "baked_s": round(state.baked_s, 1),
+        "canary": asdict(canary_stats),
+        "baseline": asdict(arm_stats_of(baseline)),
     }
-    if control is not None:
-        evidence["control"] = asdict(control)
-    if canary.samples >= gates.min_guardrail_samples:
-        breach = _guardrail_breach(canary, gates)
-        if breach:
-            return Decision("rollback", breach, evidence)
+    if control is not None and len(control):
+        evidence["control"] = asdict(arm_stats_of(control))
+    tests = guardrail_tests(canary, state.gates, alpha=_guardrail_alpha(state.plan, policy))
+    breached = [test for test in tests if test.breached]
+    if canary_stats.samples >= state.gates.min_guardrail_samples and breached:
+        return Decision("rollback", breached[0].describe(), evidence, guardrails=tests)
     # At 100% the baseline gets no traffic: only the candidate's samples can count.
-    baseline_needed = step.min_samples if step.weight < 100 else 0
-    baking = baked_s < step.min_bake_s or canary.samples < step.min_samples
+    baseline_needed = step.min_samples if state.judged else 0
+    baking = state.baked_s < step.min_bake_s or canary_stats.samples < step.min_samples
     # With a control arm the baseline's share shrinks (to nothing at 50%): the reference the
     # candidate is compared with is the baseline and its copy together.
-    reference = baseline.samples + (control.samples if control is not None else 0)
-    short_of_baseline = reference < baseline_needed
-    look = relative_judgment(rollout, now=now, final=not (baking or short_of_baseline))
-    if look is not None and look.decision == "rollback":
-        _keep(look, rollout, evidence, acted=True, record=record)
-        return Decision("rollback", f"the A/B judge: {look.report.reason}", evidence)
-    if baking or short_of_baseline:
-        if look is not None:
-            _keep(look, rollout, evidence, acted=False, record=record)
-        return Decision("hold", "baking" if baking else "waiting for baseline samples", evidence)
-    last = rollout.step_index + 1 >= len(rollout.parsed_plan.steps)
-    passed = (
-        f"step {rollout.step_index + 1} at {step.weight:g}% held {canary.samples} candidate "
-        f"samples over {baked_s:.0f} s within the guardrails and SLO gates"
+    reference = arm_stats_of(baseline).samples + (
+        arm_stats_of(control).samples if control is not None else 0
     )
-    if look is None:
-        return Decision("promote" if last else "advance", passed, evidence)
-    if look.decision in ("promote", "continue"):
-        _keep(look, rollout, evidence, acted=True, record=record)
-        return Decision(
+    short_of_baseline = reference < baseline_needed
+    report = look(not (baking or short_of_baseline)) if state.judged else None
+
+    def decided(action: Action, reason: str, *, acted: bool) -> Decision:
+        if report is not None:
+            evidence["judge"] = {
+                "decision": str(report.decision),
+                "final": report.final,
+                "reason": report.reason,
+            }
+        return Decision(action, reason, evidence, report, acted, tests)
+
+    if report is not None and report.decision is JudgeDecision.ROLLBACK:
+        return decided("rollback", f"the A/B judge: {report.reason}", acted=True)
+    if baking or short_of_baseline:
+        return decided("hold", "baking" if baking else "waiting for baseline samples", acted=False)
+    last = state.step_index + 1 >= len(state.plan.steps)
+    passed = (
+        f"step {state.step_index + 1} at {step.weight:g}% held {canary_stats.samples} candidate "
+        f"samples over {state.baked_s:.0f} s within the guardrails and SLO gates"
+    )
+    if report is None:
+        return decided("promote" if last else "advance", passed, acted=False)
+    if report.decision in (JudgeDecision.PROMOTE, JudgeDecision.CONTINUE):
+        return decided(
             "promote" if last else "advance",
-            f"{passed}; the A/B judge: {look.report.reason}",
-            evidence,
+            f"{passed}; the A/B judge: {report.reason}",
+            acted=True,
         )
     # The judge holds for a person. Metrics short of samples settle with time, so they are
     # waited for a while first. A person who resumed the rollout at this step asked for more
     # evidence, not for the same question again: the step runs until the judge settles it.
-    short = look.waiting_for_samples()
-    patient = baked_s - step.min_bake_s < max(SAMPLE_PATIENCE_S, 2 * step.min_bake_s)
-    resumed = rollout.events.filter(
-        step_index=rollout.step_index, from_state=RolloutState.PAUSED, to_state=RolloutState.RUNNING
-    ).exists()
-    if (short and patient) or resumed:
-        _keep(look, rollout, evidence, acted=False, record=record)
+    short = judging.waiting_for_samples(report, policy)
+    patient = state.baked_s - step.min_bake_s < max(SAMPLE_PATIENCE_S, 2 * step.min_bake_s)
+    if (short and patient) or state.resumed:
         why = f"samples for {', '.join(short)}" if short else "a settled verdict (resumed)"
-        return Decision("hold", f"the A/B judge waits for {why}", evidence)
-    _keep(look, rollout, evidence, acted=True, record=record)
-    return Decision("pause", f"the A/B judge asks a person: {look.report.reason}", evidence)
+        return decided("hold", f"the A/B judge waits for {why}", acted=False)
+    return decided("pause", f"the A/B judge asks a person: {report.reason}", acted=True)
 
 
-def _guardrail_breach(stats: ArmStats, gates: SloGates) -> str | None:
-    if stats.error_rate > gates.max_error_rate:
-        return f"error rate {stats.error_rate:.1%} > {gates.max_error_rate:.1%}"
-    if stats.timeout_rate > gates.max_timeout_rate:
-        return f"timeout rate {stats.timeout_rate:.1%} > {gates.max_timeout_rate:.1%}"
-    if gates.ttft_p95_ms and stats.ttft_p95_ms and stats.ttft_p95_ms > gates.ttft_p95_ms:
-        return f"TTFT p95 {stats.ttft_p95_ms:.0f} ms > {gates.ttft_p95_ms:g} ms"
-    if gates.tpot_p95_ms and stats.tpot_p95_ms and stats.tpot_p95_ms > gates.tpot_p95_ms:
-        return f"TPOT p95 {stats.tpot_p95_ms:.1f} ms > {gates.tpot_p95_ms:g} ms"
-    return None
+def _guardrail_alpha(plan: Plan, policy: Policy) -> float:
+    """Each guardrail's share of the budget: the guardrails' share, over the steps and the four
+    guardrails (the steps' samples are tested apart: a breach at 50% is not diluted by 5%)."""
+    return policy.guardrail_alpha / len(plan.steps) / 4
+
+
+def guardrail_tests(canary: ArmSamples, gates: SloGates, *, alpha: float) -> list[GuardrailTest]:
+    """The step's candidate samples against each SLO limit. Client disconnects (499) and
+    requests the gateway refused say nothing about the model and are left out."""
+    counted = (canary.status != 499) & (canary.finish != "rejected")
+    errors = ((canary.status >= 500) & (canary.status != 504)) | (canary.finish == "error")
+    timeouts = canary.status == 504
+    trials = int(counted.sum())
+    tests = [
+        share_above_limit(
+            "error rate",
+            events=int((counted & errors).sum()),
+            trials=trials,
+            limit=gates.max_error_rate,
+            alpha=alpha,
+        ),
+        share_above_limit(
+            "timeout rate",
+            events=int((counted & timeouts).sum()),
+            trials=trials,
+            limit=gates.max_timeout_rate,
+            alpha=alpha,
+        ),
+    ]
+    for name, column, gate in (
+        ("TTFT", canary.ttft_ms, gates.ttft_p95_ms),
+        ("TPOT", canary.tpot_ms, gates.tpot_p95_ms),
+    ):
+        if not gate:
+            continue
+        # NaN: no token (TTFT) or fewer than two (TPOT).
+        measured = counted & (canary.status < 400) & np.isfinite(column)
+        tests.append(
+            share_above_limit(
+                f"{name} p95 over {gate:g} ms: the share of requests slower than that",
+                events=int((measured & (column > gate)).sum()),
+                trials=int(measured.sum()),
+                limit=P95_SHARE,
+                alpha=alpha,
+            )
+        )
+    return tests
+
+
+def relative_judgment(
+    rollout: Rollout, *, now: dt.datetime | None = None, final: bool = False
+) -> judging.Look | None:
+    """The A/B judge's look at the current step (None at a step it does not compare)."""
+    return judging.step_look(rollout, now=now or timezone.now(), final=final)
+
+
+def decide(rollout: Rollout, now: dt.datetime | None = None, *, record: bool = False) -> Decision:
+    """What this tick would do, on the stored samples. `record` stores the judge's look as a
+    verdict (the tick does; a page that previews the decision does not)."""
+    now = now or timezone.now()
+    started = rollout.step_started_at or now  # set on entering RUNNING; never None there
+    window, samples = judging.step_window(rollout)
+    step_arms = {
+        arm: arm_samples.take(arm_samples.step == rollout.step_index)
+        for arm, arm_samples in samples.items()
+    }
+    looks: list[judging.Look] = []
+
+    def look(final: bool) -> Report | None:
+        taken = judging.look_at(rollout, window, samples, now=now, final=final)
+        if taken is not None:
+            looks.append(taken)
+        return taken.report if taken is not None else None
+
+    state = TickState(
+        plan=rollout.parsed_plan,
+        gates=rollout.parsed_gates,
+        step_index=rollout.step_index,
+        baked_s=(now - started).total_seconds(),
+        resumed=rollout.events.filter(
+            step_index=rollout.step_index,
+            from_state=RolloutState.PAUSED,
+            to_state=RolloutState.RUNNING,
+        ).exists(),
+        judged=rollout.step_index in judging.judged_steps(rollout),
+    )
+    decision = decide_on(state, step_arms, look)
+    if looks and "judge" in decision.evidence:
+        taken = looks[-1]
+        verdict = (
+            judging.keep(taken, rollout=rollout, acted=decision.acted_on_look) if record else None
+        )
+        decision.evidence["judge"] = {
+            **dict(decision.evidence["judge"]),  # type: ignore[call-overload]
+            "verdict": verdict.pk if verdict is not None else None,
+            "summary": str(taken),
+        }
+    return decision
 
 
 TO_STATE: dict[Action, RolloutState] = {

@@ -162,14 +162,13 @@ class RequestSampleFactory(DjangoModelFactory[RequestSample]):
 
     class Params:
         rollout: Rollout | None = None
-        # Short requests (10 prompt and 20 output tokens) of one tenant at no load, whose
-        # end-to-end time follows from TTFT and TPOT and whose finish from the status.
+        # Short requests (10 prompt and 20 output tokens) of one tenant, whose end-to-end
+        # time follows from TTFT and TPOT and whose finish from the status.
         short = Trait(
             tenant="acme",
             prompt_tokens=10,
             output_tokens=20,
             e2e_ms=LazyAttribute(lambda s: s.ttft_ms + 20 * s.tpot_ms),
-            concurrency=0,
             finish=LazyAttribute(lambda s: "error" if s.status >= 500 else "stop"),
         )
 
@@ -181,6 +180,7 @@ class RequestSampleFactory(DjangoModelFactory[RequestSample]):
     arm = "baseline"
     deployment = "x"
     tenant = "tenant-a"
+    replica = "r0"  # the replica that served it: with `ts`, what the judge clusters by
     status = 200
     finish = "stop"
     prompt_tokens = 100
@@ -188,4 +188,3 @@ class RequestSampleFactory(DjangoModelFactory[RequestSample]):
     ttft_ms = 50.0
     tpot_ms = 5.0
     e2e_ms = 300.0
-    concurrency = 4

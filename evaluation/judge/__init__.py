@@ -1,12 +1,13 @@
 """The A/B judge's statistical core: plain Python on numpy and scipy, no Django.
 
-    report = judge(baseline, candidate, policy, final=False, steps=3, control=None)
+    report = judge(baseline, candidate, policy, final=False, control=None)
 
-Give it each arm's requests of the current step as `ArmSamples` columns; it answers with a
-`Report`: a `MetricVerdict` per metric (pass / fail / inconclusive, n per arm, both estimates, the
-difference and its interval, the threshold, the rule that fired) and one `Decision`. See `core`
-for the rules and the error guarantee, `sequential` for why looking every tick is safe,
-`estimators` for the statistics, and `bench/judge_calibration.py` for the measured error rates.
+Give it each arm's requests of the rollout's judged steps so far as `ArmSamples` columns; it
+answers with a `Report`: a `MetricVerdict` per metric (pass / fail / inconclusive, n per arm, both
+estimates, the difference and its interval, the fail and pass margins, the alpha, the rule that
+fired) and one `Decision`. See `core` for the rules and the error guarantee, `sequential` for why
+looking every tick is safe, `estimators` for the statistics, `guardrails` for the SLO limits, and
+`bench/judge_calibration.py` for the measured error rates.
 """
 
 from evaluation.judge.core import NO_DATA, TOO_FEW_SAMPLES, judge

@@ -1,19 +1,20 @@
 """The judge: one verdict per metric and one decision for the step.
 
-Rules, per metric, with "harm" the difference signed so that positive means the candidate is
-worse, and `bound` the anytime-valid bound at the metric's share of alpha (see `sequential`):
+Two hypotheses per metric, with "harm" the difference signed so that positive means the candidate
+is worse, and both bounds anytime-valid (see `sequential`), so that looking on every tick, holding
+a step or resuming it cannot inflate them:
 
-- fail: harm - bound > 0 (worse beyond doubt, at any look) and harm > margin (worse by more than
-  the practical threshold). A rollback therefore needs statistical and practical significance.
-- pass: harm + the fixed-sample bound < margin (worse by less than the margin, with
-  1 - pass_alpha confidence). Read once, at the end of the step.
-- inconclusive: otherwise; and always when an arm has too few samples, when neither has any, or
-  when the arms ran at loads too different to compare.
+- fail: harm - bound > fail margin. The candidate is shown worse than its fail margin; the bound
+  is at the metric's share of the rollout's alpha (`Policy.alpha_of`).
+- pass: harm + bound < pass margin. The candidate is shown worse by less than its pass margin;
+  the bound is at `pass_alpha`. A pass counts at the end of a step only.
+- inconclusive: otherwise; and always when an arm has too few samples or neither has any.
 
-The guarantee: for a candidate no worse than the reference on every metric, the chance that any
-look of any judged step rolls it back is at most `policy.alpha` (alpha is split over the `steps`
-judged in the rollout and over the metrics; within a step the confidence sequence covers every
-look, however many).
+The guarantee: for a candidate no worse than its fail margins, the chance that any look of the
+rollout rolls it back is at most the judge's share of `policy.alpha`; for one worse than a pass
+margin, the chance that it passes is at most `pass_alpha`. The standard errors behind both hold
+when requests of one replica and moment are alike (`estimators`). Evidence carries from one step
+to the next: the caller gives every judged step's samples so far.
 """
 
 from __future__ import annotations
@@ -22,24 +23,26 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from evaluation.judge import signals
 from evaluation.judge.estimators import (
     Estimate,
     Floats,
+    Ints,
+    RateSample,
     SortedSample,
+    Summary,
+    cluster_ids,
     compare,
+    counted_rate,
     mean_summary,
     rate,
     ratio_summary,
-    shift,
-    stratum_weights,
 )
 from evaluation.judge.policy import DEFAULT_POLICY, Direction, Kind, MetricPolicy, Policy
 from evaluation.judge.report import Decision, MetricVerdict, Outcome, Report
 from evaluation.judge.samples import ArmSamples
-from evaluation.judge.sequential import fixed_bound, mixture_bound
+from evaluation.judge.sequential import mixture_bound
 
 # The starts of the rules that say why a metric could not be judged; callers may match on them
 # (e.g. to keep looking while a blocking metric is short of samples).
@@ -66,32 +69,23 @@ def judge(
     policy: Policy = DEFAULT_POLICY,
     *,
     final: bool,
-    steps: int,
     control: ArmSamples | None = None,
     last_step: bool = False,
 ) -> Report:
-    """Compares the candidate's samples of one step with the baseline's.
+    """Compares the candidate's samples with the baseline's.
 
     `final=False` is an interim look (every engine tick): the decision is ROLLBACK when a metric
-    fails, else CONTINUE. `final=True` is the end of the step (bake time and minimum samples
-    met): ROLLBACK when a metric fails; PROMOTE when every blocking metric with data passes (the
-    step passed: the engine goes on to the next step, or promotes after the last); otherwise
-    CONTINUE when more steps follow (a larger share will settle what this one could not; nothing
-    failed) or HOLD for a person when this is the `last_step` judged. A metric neither arm has
-    data for (no tool calls on the route, no feedback) does not apply; a step with no data at
-    all HOLDs.
-
-    `steps` is how many steps of this rollout are judged (the default plan's 5%, 25% and 50%:
-    3); each gets an equal share of `policy.alpha`. Looks need no count: the bounds hold at
-    every look (see `sequential`).
+    fails, else CONTINUE. `final=True` is the end of a step (bake time and minimum samples met):
+    ROLLBACK when a metric fails; PROMOTE when every blocking metric with data passes (the step
+    passed: the engine goes on to the next step, or promotes after the last); otherwise CONTINUE
+    when more steps follow (a larger share will settle what this one could not; nothing failed)
+    or HOLD for a person when this is the `last_step` judged. A metric neither arm has data for
+    (no tool calls on the route, no feedback) does not apply; a step with no data at all HOLDs.
 
     `control` is a second deployment of the baseline at the candidate's weight on its own
     replicas. When given, load-sensitive metrics compare the candidate with it like for like, and
     the others with the baseline and control pooled.
     """
-    if steps < 1:
-        raise ValueError("steps must be at least 1 (the number of judged steps in the rollout)")
-    alpha = policy.alpha_per_metric(steps)
     pooled = baseline if control is None else ArmSamples.concat(baseline, control)
     load_arms = _Arms(
         control if control is not None else baseline,
@@ -101,29 +95,23 @@ def judge(
     other_arms = _Arms(pooled, candidate, "baseline" if control is None else "baseline+control")
     prepared = _Prepared(policy)
     verdicts = tuple(
-        _verdict(
-            metric,
-            load_arms if metric.load_sensitive else other_arms,
-            prepared,
-            alpha=alpha,
-            final=final,
-        )
+        _verdict(metric, load_arms if metric.load_sensitive else other_arms, prepared)
         for metric in policy.metrics
     )
     decision, reason = _decide(verdicts, policy.metrics, final=final, last_step=last_step)
-    return Report(verdicts, decision, reason, final=final, alpha_per_metric=alpha)
+    return Report(verdicts, decision, reason, final=final, alpha_per_metric=policy.judge_alpha)
 
 
-def _verdict(
-    metric: MetricPolicy, arms: _Arms, prepared: _Prepared, *, alpha: float, final: bool
-) -> MetricVerdict:
+def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVerdict:
     policy = prepared.policy
-    margin = math.log1p(metric.margin) if metric.relative else metric.margin
+    fail_margin = _scaled(metric, metric.margin)
+    pass_margin = _scaled(metric, metric.passes_below)
     sign = 1.0 if metric.direction == Direction.LOWER_IS_BETTER else -1.0
+    alpha = policy.alpha_of(metric)
     try:
         estimate = _estimate(metric, arms, prepared)
     except _Unresolved as unresolved:
-        return _inconclusive(metric, arms, str(unresolved))
+        return _inconclusive(metric, arms, str(unresolved), alpha=alpha)
     if estimate.n_reference < metric.min_samples or estimate.n_candidate < metric.min_samples:
         return _inconclusive(
             metric,
@@ -131,35 +119,36 @@ def _verdict(
             f"{TOO_FEW_SAMPLES}: {metric.min_samples} per arm needed, "
             f"{estimate.n_reference} ({arms.name}) and {estimate.n_candidate} (candidate) so far",
             estimate,
+            alpha=alpha,
         )
-    bound = mixture_bound(estimate.se, alpha=alpha, scale=margin)
+    fail_bound = mixture_bound(estimate.se, alpha=alpha, scale=fail_margin)
+    pass_bound = mixture_bound(estimate.se, alpha=policy.pass_alpha, scale=pass_margin)
     harm = sign * estimate.theta
-    pass_bound = harm + fixed_bound(estimate.se, alpha=policy.pass_alpha)
-    low, high = estimate.theta - bound, estimate.theta + bound
+    at_least, at_most = harm - fail_bound, harm + pass_bound
+    low, high = estimate.theta - fail_bound, estimate.theta + fail_bound
     difference = _difference(metric, estimate)
-    if harm - bound > 0 and harm > margin:
+    shown = f"{_show(metric, difference)} against the {arms.name}"
+    if at_least > fail_margin:
         outcome = Outcome.FAIL
         rule = (
-            f"worse beyond doubt (a bound valid at every look): {_show(metric, difference)} "
-            f"against the "
-            f"{arms.name}, interval {_show(metric, _natural(metric, low))} to "
-            f"{_show(metric, _natural(metric, high))} excludes no change, beyond the "
-            f"{_show_margin(metric)} margin"
+            f"worse than the {_show_margin(metric, metric.margin)} fail margin beyond doubt: "
+            f"{shown}, worse by at least {_show(metric, _natural(metric, at_least))} "
+            f"(a bound valid at every look, alpha {alpha:.2g})"
         )
-    elif pass_bound < margin:
+    elif at_most < pass_margin:
         outcome = Outcome.PASS
         rule = (
-            f"within the {_show_margin(metric)} margin: worse by at most "
-            f"{_show(metric, _natural(metric, pass_bound))} with "
-            f"{1 - policy.pass_alpha:.0%} confidence"
-            + ("" if final else " (provisional until the step ends)")
+            f"within the {_show_margin(metric, metric.passes_below)} pass margin: {shown}, "
+            f"worse by at most {_show(metric, _natural(metric, at_most))} "
+            f"({1 - policy.pass_alpha:.0%} confidence, valid at every look)"
         )
     else:
         outcome = Outcome.INCONCLUSIVE
         rule = (
-            f"not settled: {_show(metric, difference)} against the {arms.name}; could be worse "
-            f"by up to {_show(metric, _natural(metric, pass_bound))}, margin "
-            f"{_show_margin(metric)}"
+            f"not settled: {shown}; worse by between {_show(metric, _natural(metric, at_least))}"
+            f" and {_show(metric, _natural(metric, at_most))}; fails beyond "
+            f"{_show_margin(metric, metric.margin)}, passes under "
+            f"{_show_margin(metric, metric.passes_below)}"
         )
     return MetricVerdict(
         metric=metric.name,
@@ -173,14 +162,16 @@ def _verdict(
         threshold=sign * metric.margin,
         rule=rule,
         relative=metric.relative,
-        pass_bound=_natural(metric, pass_bound),
+        pass_bound=_natural(metric, at_most),
         reference=arms.name,
+        pass_threshold=sign * metric.passes_below,
+        alpha=alpha,
     )
 
 
 class _Prepared:
-    """What the metrics of one call share, computed once: each arm's masks and strata, and each
-    column's values sorted (the three TTFT quantiles read one sort)."""
+    """What the metrics of one call share, computed once: each arm's masks and clusters, and
+    each column's values sorted (the three TTFT quantiles read one sort)."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -195,115 +186,88 @@ class _Prepared:
     def served(self, arm: ArmSamples) -> signals.Mask:
         return self.masks(arm).served
 
-    def strata(self, arm: ArmSamples) -> npt.NDArray[np.int64]:
-        key = ("strata", id(arm))
+    def clusters(self, arm: ArmSamples) -> Ints:
+        key = ("clusters", id(arm))
         if key not in self._cache:
-            self._cache[key] = signals.strata(arm)
+            self._cache[key] = cluster_ids(arm.replica, arm.ts)
         return self._cache[key]  # type: ignore[return-value]
 
-    def column(self, arm: ArmSamples, signal: str) -> tuple[Floats, signals.Mask]:
-        values = np.asarray(getattr(arm, signal), dtype=np.float64)
-        return values, self.served(arm) & np.isfinite(values)
-
-    def paired(self, arms: _Arms, signal: str, *, stratified: bool) -> _Paired:
-        """Both arms' values of a column, the reference weighted to the candidate's strata."""
-        key = ("paired", id(arms.reference), id(arms.candidate), signal, stratified)
+    def column(self, arm: ArmSamples, signal: str) -> tuple[Floats, Ints]:
+        """A column's values over served requests with a finite value, and their clusters."""
+        key = ("column", id(arm), signal)
         if key not in self._cache:
-            self._cache[key] = self._pair(arms, signal, stratified=stratified)
-        paired = self._cache[key]
-        if isinstance(paired, _Unresolved):
-            raise paired
-        return paired  # type: ignore[return-value]
-
-    def _pair(self, arms: _Arms, signal: str, *, stratified: bool) -> _Paired | _Unresolved:
-        ref_values, ref_mask = self.column(arms.reference, signal)
-        cand_values, cand_mask = self.column(arms.candidate, signal)
-        if not ref_mask.any() and not cand_mask.any():
-            return _Unresolved(NO_DATA)
-        if not ref_mask.any() or not cand_mask.any():
-            return _Unresolved(f"no data in the {arms.name if not ref_mask.any() else 'candidate'}")
-        if not stratified:
-            return _Paired(ref_values[ref_mask], None, cand_values[cand_mask])
-        policy = self.policy
-        weights = stratum_weights(
-            self.strata(arms.reference)[ref_mask],
-            self.strata(arms.candidate)[cand_mask],
-            min_stratum=policy.min_stratum,
-        )
-        if min(weights.cover_reference, weights.cover_candidate) < policy.min_overlap:
-            return _Unresolved(
-                f"the arms ran at different loads: the concurrency and prompt-length strata "
-                f"both fill hold {weights.cover_reference:.0%} of the {arms.name}'s and "
-                f"{weights.cover_candidate:.0%} of the candidate's requests (at least "
-                f"{policy.min_overlap:.0%} needed); a control arm compares like for like"
-            )
-        ref_keep, cand_keep = weights.reference > 0, weights.candidate > 0
-        return _Paired(
-            ref_values[ref_mask][ref_keep],
-            weights.reference[ref_keep],
-            cand_values[cand_mask][cand_keep],
-        )
-
-    def sorted(
-        self, arms: _Arms, signal: str, *, stratified: bool
-    ) -> tuple[SortedSample, SortedSample]:
-        key = ("sorted", id(arms.reference), id(arms.candidate), signal, stratified)
-        if key not in self._cache:
-            paired = self.paired(arms, signal, stratified=stratified)
-            self._cache[key] = (
-                SortedSample.of(paired.reference, paired.reference_weights),
-                SortedSample.of(paired.candidate),
-            )
+            values = np.asarray(getattr(arm, signal), dtype=np.float64)
+            keep = self.served(arm) & np.isfinite(values)
+            self._cache[key] = (values[keep], self.clusters(arm)[keep])
         return self._cache[key]  # type: ignore[return-value]
 
+    def sorted(self, arm: ArmSamples, signal: str) -> SortedSample:
+        key = ("sorted", id(arm), signal)
+        if key not in self._cache:
+            self._cache[key] = SortedSample.of(*self.column(arm, signal))
+        return self._cache[key]  # type: ignore[return-value]
 
-@dataclass(frozen=True)
-class _Paired:
-    reference: Floats
-    reference_weights: Floats | None
-    candidate: Floats
+    def rate(self, arm: ArmSamples, signal: str) -> RateSample:
+        eligible, event = signals.rate_masks(arm, signal, self.masks(arm))
+        return RateSample(event[eligible].astype(np.float64), self.clusters(arm)[eligible])
 
 
 def _estimate(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> Estimate:
     reference, candidate = arms.reference, arms.candidate
     kind = Kind(metric.kind)
     if kind is Kind.RATE:
-        ref = signals.rate_counts(reference, metric.signal, prepared.masks(reference))
-        cand = signals.rate_counts(candidate, metric.signal, prepared.masks(candidate))
-        if ref.eligible == 0 and cand.eligible == 0:
+        if metric.signal == "feedback_positive":
+            ref = signals.rate_counts(reference, metric.signal)
+            cand = signals.rate_counts(candidate, metric.signal)
+            if ref.eligible == 0 and cand.eligible == 0:
+                raise _Unresolved(NO_DATA)
+            return counted_rate(ref.events, ref.eligible, cand.events, cand.eligible)
+        ref_rate = prepared.rate(reference, metric.signal)
+        cand_rate = prepared.rate(candidate, metric.signal)
+        if len(ref_rate.events) == 0 and len(cand_rate.events) == 0:
             raise _Unresolved(NO_DATA)
-        return rate(ref.events, ref.eligible, cand.events, cand.eligible)
+        return rate(ref_rate, cand_rate)
     if kind is Kind.RATIO:
-        ref_mask, cand_mask = prepared.served(reference), prepared.served(candidate)
-        ref_summary = ratio_summary(
-            reference.cost[ref_mask], reference.output_tokens[ref_mask] / 1e6
-        )
-        cand_summary = ratio_summary(
-            candidate.cost[cand_mask], candidate.output_tokens[cand_mask] / 1e6
-        )
+        ref_summary = _cost_per_mtok(reference, prepared)
+        cand_summary = _cost_per_mtok(candidate, prepared)
         if math.isnan(ref_summary.scaled) and math.isnan(cand_summary.scaled):
             raise _Unresolved(NO_DATA)
         if math.isnan(ref_summary.scaled) or math.isnan(cand_summary.scaled):
             raise _Unresolved("no cost or no output tokens recorded in one arm")
         return compare(ref_summary, cand_summary)
-    # Strata adjust quantiles and means of load-sensitive columns; a rank shift is read plain.
-    stratified = metric.load_sensitive and kind is not Kind.SHIFT
+    ref_values, ref_clusters = prepared.column(reference, metric.signal)
+    cand_values, cand_clusters = prepared.column(candidate, metric.signal)
+    if len(ref_values) == 0 and len(cand_values) == 0:
+        raise _Unresolved(NO_DATA)
+    if len(ref_values) == 0 or len(cand_values) == 0:
+        raise _Unresolved(f"no data in the {arms.name if len(ref_values) == 0 else 'candidate'}")
     if kind is Kind.QUANTILE:
-        ref_sorted, cand_sorted = prepared.sorted(arms, metric.signal, stratified=stratified)
         q = float(metric.quantile or 0.5)  # MetricPolicy makes sure a quantile metric has one
-        return compare(ref_sorted.quantile(q), cand_sorted.quantile(q))
-    paired = prepared.paired(arms, metric.signal, stratified=stratified)
-    if kind is Kind.SHIFT:
-        return shift(paired.reference, paired.candidate)
-    ref_summary = mean_summary(paired.reference, paired.reference_weights)
-    cand_summary = mean_summary(paired.candidate, None)
+        return compare(
+            prepared.sorted(reference, metric.signal).quantile(q),
+            prepared.sorted(candidate, metric.signal).quantile(q),
+        )
+    ref_summary = mean_summary(ref_values, ref_clusters)
+    cand_summary = mean_summary(cand_values, cand_clusters)
     if math.isnan(ref_summary.scaled) or math.isnan(cand_summary.scaled):
         raise _Unresolved("a mean of zero cannot be compared as a ratio")
     return compare(ref_summary, cand_summary)
 
 
+def _cost_per_mtok(arm: ArmSamples, prepared: _Prepared) -> Summary:
+    served = prepared.served(arm)
+    return ratio_summary(
+        arm.cost[served], arm.output_tokens[served] / 1e6, prepared.clusters(arm)[served]
+    )
+
+
 def _inconclusive(
-    metric: MetricPolicy, arms: _Arms, rule: str, estimate: Estimate | None = None
+    metric: MetricPolicy,
+    arms: _Arms,
+    rule: str,
+    estimate: Estimate | None = None,
+    *,
+    alpha: float,
 ) -> MetricVerdict:
     sign = 1.0 if metric.direction == Direction.LOWER_IS_BETTER else -1.0
     return MetricVerdict(
@@ -319,6 +283,8 @@ def _inconclusive(
         rule=rule,
         relative=metric.relative,
         reference=arms.name,
+        pass_threshold=sign * metric.passes_below,
+        alpha=alpha,
     )
 
 
@@ -355,6 +321,11 @@ def _decide(
     )
 
 
+def _scaled(metric: MetricPolicy, margin: float) -> float:
+    """A margin on the tested scale (the log of a ratio for relative metrics)."""
+    return math.log1p(margin) if metric.relative else margin
+
+
 def _natural(metric: MetricPolicy, scaled: float) -> float:
     """From the tested scale back to what a person reads: a relative change or a difference."""
     if not math.isfinite(scaled):
@@ -378,5 +349,5 @@ def _show(metric: MetricPolicy, value: float) -> str:
     return f"{value:+.3f}"
 
 
-def _show_margin(metric: MetricPolicy) -> str:
-    return _show(metric, metric.margin).lstrip("+")
+def _show_margin(metric: MetricPolicy, margin: float) -> str:
+    return _show(metric, margin).lstrip("+")

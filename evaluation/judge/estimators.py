@@ -1,14 +1,21 @@
-"""Differences between two arms with their standard errors, cheap enough for every tick.
+"""Differences between two arms with standard errors that hold when requests are not independent.
 
 Each estimator returns the difference on the scale it is tested on (the log of a ratio for
-quantiles, means and cost ratios; points for rates and the rank shift) and a standard error from
-asymptotic theory, not from resampling: the engine judges every live rollout every 2 s over tens
-of thousands of requests, and a 2,000-resample bootstrap would cost seconds where these cost a few
-sorts. Quantile errors come from the distribution-free order-statistic interval (the values at
-ranks n*q -/+ 2 sqrt(n*q*(1-q))), which needs no density estimate and stays honest on heavy tails.
+quantiles, means and cost ratios; points for rates) and a standard error from the estimator's
+influence function: each request's contribution to the estimate, to first order. Requests are
+not independent: latency drifts together over seconds (load, batch composition, a neighbour's
+job) and differs by replica (a slow host, a noisy neighbour, for the whole rollout). So the
+contributions are summed within clusters and the variance is read from the cluster sums (the
+cluster-robust, or sandwich, variance) at two levels: one replica over one `WINDOW_S` window
+(drift), and one replica over the whole window (a replica unlike the others, which the judge
+must take for chance, not for the model). The larger of the two is used, and never less than the
+variance under independence: correlation that happens to be negative in a sample is noise, not
+information. Nothing here
+resamples: the engine judges every live rollout every 2 s over tens of thousands of requests, and
+these cost a sort and a few sums.
 
-Weights carry the stratum adjustment: the reference arm is reweighted to the candidate's mix of
-concurrency and prompt-length strata, and the effective sample size (Kish) replaces n.
+Quantiles read their density from the order statistics (the values at ranks n*q -/+ 2
+sqrt(n*q*(1-q))), which needs no kernel and stays honest on heavy tails.
 """
 
 from __future__ import annotations
@@ -18,11 +25,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import rankdata
 
 Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
 # Latencies are compared on the log scale; a recorded 0 ms would be -inf there.
 _FLOOR = 1e-6
+# Requests of one replica within this many seconds form one cluster. Drift that outlasts it
+# shows up as a difference between neighbouring clusters; ten seconds holds a few hundred
+# requests of a busy arm and a handful of a 5% canary's.
+WINDOW_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -45,9 +56,36 @@ class Summary:
     n: int
 
 
-def _effective_n(weights: Floats) -> float:
-    total = float(weights.sum())
-    return total * total / float(np.square(weights).sum())
+def cluster_ids(replica: npt.NDArray[np.str_], ts: Floats) -> Ints:
+    """Two small integers per request, for `variance_of_mean`: its (replica, time window)
+    cluster, and its replica."""
+    if len(ts) == 0:
+        return np.empty((0, 2), dtype=np.int64)
+    _, replica_code = np.unique(replica, return_inverse=True)
+    window = np.floor((ts - ts.min()) / WINDOW_S).astype(np.int64)
+    keys = replica_code.astype(np.int64) * (int(window.max()) + 1) + window
+    _, ids = np.unique(keys, return_inverse=True)
+    clusters: Ints = np.stack([ids, replica_code]).T.astype(np.int64)
+    return clusters
+
+
+def variance_of_mean(contributions: Floats, clusters: Ints) -> float:
+    """The variance of mean(contributions), contributions centred: cluster-robust with the usual
+    G / (G - 1) correction at each level of `clusters` (one column a level, or one level as a
+    1-D array), the largest of them, and at least the variance under independence."""
+    n = len(contributions)
+    if n == 0:
+        return math.nan
+    variance = float(np.dot(contributions, contributions)) / (n * n)
+    levels = clusters.reshape(n, -1)
+    for level in range(levels.shape[1]):
+        ids = levels[:, level]
+        sums = np.bincount(ids, weights=contributions)
+        groups = int(np.count_nonzero(np.bincount(ids)))
+        if groups >= 2:
+            clustered = float(np.dot(sums, sums)) / (n * n) * groups / (groups - 1)
+            variance = max(variance, clustered)
+    return variance
 
 
 @dataclass(frozen=True)
@@ -55,60 +93,45 @@ class SortedSample:
     """One arm's values of a column on the log scale, sorted once, so that every quantile of
     that column in one judge call costs a binary search."""
 
+    logs: Floats  # in the arm's order, for the contributions
     ordered: Floats
-    cumulative: Floats | None  # normalised cumulative weights; None when all weigh the same
-    n_eff: float
+    clusters: Ints
 
     @classmethod
-    def of(cls, values: Floats, weights: Floats | None = None) -> SortedSample:
+    def of(cls, values: Floats, clusters: Ints) -> SortedSample:
         logs = np.log(np.maximum(values, _FLOOR))
-        if weights is None:
-            return cls(np.sort(logs), None, float(len(logs)))
-        order = np.argsort(logs)
-        cumulative = np.cumsum(weights[order])
-        cumulative /= cumulative[-1]
-        return cls(logs[order], cumulative, _effective_n(weights))
+        return cls(logs, np.sort(logs), clusters)
 
     def at(self, p: float) -> float:
         n = len(self.ordered)
-        p = min(max(p, 0.0), 1.0)
-        if self.cumulative is None:
-            index = math.ceil(p * n) - 1
-        else:
-            index = int(np.searchsorted(self.cumulative, p, side="left"))
+        index = math.ceil(min(max(p, 0.0), 1.0) * n) - 1
         return float(self.ordered[min(max(index, 0), n - 1)])
 
     def quantile(self, q: float) -> Summary:
-        """The q-quantile with its order-statistic standard error: a quarter of the distance
-        between the values at q -/+ 2 sqrt(q (1 - q) / n), a z = 2 interval.
-
-        A z = 1 interval would read fewer order statistics, and in a lumpy tail its width
-        swings from look to look; looking every tick then finds the looks where it is too
-        narrow (measured: A/A rollbacks rose above alpha at a 2 s cadence).
-        """
-        half = 2 * math.sqrt(q * (1 - q) / self.n_eff)
+        """The q-quantile on the log scale. Its influence is (q - 1{y <= Q}) / f(Q), with
+        1 / f(Q) read from the order statistics at q -/+ 2 sqrt(q (1 - q) / n) (a z = 2 span:
+        a narrower one reads fewer order statistics, and in a lumpy tail its width swings from
+        look to look, which looking every tick then finds)."""
+        n = len(self.ordered)
+        half = 2 * math.sqrt(q * (1 - q) / n)
         scaled = self.at(q)
-        se = (self.at(q + half) - self.at(q - half)) / 4
-        return Summary(math.exp(scaled), scaled, se, len(self.ordered))
+        inverse_density = (self.at(q + half) - self.at(q - half)) / (2 * half)
+        below = (self.logs <= scaled).astype(np.float64)
+        variance = variance_of_mean(below - float(below.mean()), self.clusters)
+        return Summary(math.exp(scaled), scaled, math.sqrt(variance) * inverse_density, n)
 
 
-def mean_summary(values: Floats, weights: Floats | None) -> Summary:
+def mean_summary(values: Floats, clusters: Ints) -> Summary:
     """The mean on the log scale (the delta method: se(log m) = se(m) / m)."""
     n = len(values)
-    if weights is None:
-        mean = float(values.mean())
-        variance = float(values.var(ddof=1)) if n > 1 else 0.0
-        n_eff = float(n)
-    else:
-        mean = float(np.average(values, weights=weights))
-        variance = float(np.average(np.square(values - mean), weights=weights))
-        n_eff = _effective_n(weights)
+    mean = float(values.mean())
     if mean <= 0:
         return Summary(mean, math.nan, math.nan, n)
-    return Summary(mean, math.log(mean), math.sqrt(variance / n_eff) / mean, n)
+    variance = variance_of_mean(values - mean, clusters) * n / max(n - 1, 1)
+    return Summary(mean, math.log(mean), math.sqrt(variance) / mean, n)
 
 
-def ratio_summary(numerator: Floats, denominator: Floats) -> Summary:
+def ratio_summary(numerator: Floats, denominator: Floats, clusters: Ints) -> Summary:
     """sum(numerator) / sum(denominator) on the log scale (dollars per token), by the delta
     method for a ratio of means."""
     n = len(numerator)
@@ -116,12 +139,15 @@ def ratio_summary(numerator: Floats, denominator: Floats) -> Summary:
     if n == 0 or total <= 0 or float(numerator.sum()) <= 0:
         return Summary(math.nan, math.nan, math.nan, n)
     ratio = float(numerator.sum()) / total
-    residual = numerator - ratio * denominator
-    se_ratio = math.sqrt(float(np.square(residual).sum())) / total
-    return Summary(ratio, math.log(ratio), se_ratio / ratio, n)
+    # The contribution of a request to log(ratio), to first order.
+    contributions = (numerator - ratio * denominator) / (ratio * total / n)
+    variance = variance_of_mean(contributions, clusters)
+    return Summary(ratio, math.log(ratio), math.sqrt(variance), n)
 
 
 def compare(reference: Summary, candidate: Summary) -> Estimate:
+    """The arms are independent of each other (their requests are assigned at random by
+    session, and run on their own replicas), so their variances add."""
     return Estimate(
         reference=reference.value,
         candidate=candidate.value,
@@ -132,79 +158,47 @@ def compare(reference: Summary, candidate: Summary) -> Estimate:
     )
 
 
-def shift(reference: Floats, candidate: Floats) -> Estimate:
-    """The rank (Mann-Whitney) shift: P(candidate > reference) + P(tie) / 2 - 1/2, with the
-    tie-corrected standard error of the U statistic under no shift."""
-    n_r, n_c = len(reference), len(candidate)
-    pooled = np.concatenate([reference, candidate])
-    ranks = rankdata(pooled)
-    u = float(ranks[n_r:].sum()) - n_c * (n_c + 1) / 2
-    auc = u / (n_r * n_c)
-    total = n_r + n_c
-    _, tie_counts = np.unique(pooled, return_counts=True)
-    ties = float(np.sum(tie_counts.astype(np.float64) ** 3 - tie_counts))
-    tie_factor = 1 - ties / (total**3 - total) if total > 1 else 0.0
-    se = math.sqrt(max(tie_factor, 0.0) * (total + 1) / (12 * n_r * n_c))
+@dataclass(frozen=True)
+class RateSample:
+    """One arm's events among its eligible requests, with the clusters of those requests."""
+
+    events: Floats  # 1.0 for an event, 0.0 otherwise, one per eligible request
+    clusters: Ints
+
+    def summary(self) -> Summary:
+        """The share, with one success and one failure added (Agresti-Caffo), which keeps its
+        error honest when events are rare or absent."""
+        n = len(self.events)
+        count = float(self.events.sum())
+        adjusted = (count + 1) / (n + 2)
+        variance = adjusted * (1 - adjusted) / (n + 2)
+        if n > 1:
+            clustered = variance_of_mean(self.events - count / n, self.clusters)
+            variance = max(variance, clustered)
+        return Summary(count / n if n else math.nan, adjusted, math.sqrt(variance), n)
+
+
+def rate(reference: RateSample, candidate: RateSample) -> Estimate:
+    """A difference of two shares, in points."""
+    ref, cand = reference.summary(), candidate.summary()
     return Estimate(
-        reference=float(np.median(reference)),
-        candidate=float(np.median(candidate)),
-        theta=auc - 0.5,
-        se=se,
-        n_reference=n_r,
-        n_candidate=n_c,
+        reference=ref.value,
+        candidate=cand.value,
+        theta=cand.scaled - ref.scaled,
+        se=math.hypot(ref.se, cand.se),
+        n_reference=ref.n,
+        n_candidate=cand.n,
     )
 
 
-def rate(
+def counted_rate(
     reference_events: int, reference_n: int, candidate_events: int, candidate_n: int
 ) -> Estimate:
-    """A difference of two shares (Agresti-Caffo: one success and one failure added to each
-    arm, which keeps the interval honest when events are rare or absent)."""
-    p_r = (reference_events + 1) / (reference_n + 2)
-    p_c = (candidate_events + 1) / (candidate_n + 2)
-    se = math.sqrt(p_r * (1 - p_r) / (reference_n + 2) + p_c * (1 - p_c) / (candidate_n + 2))
-    return Estimate(
-        reference=reference_events / reference_n if reference_n else math.nan,
-        candidate=candidate_events / candidate_n if candidate_n else math.nan,
-        theta=p_c - p_r,
-        se=se,
-        n_reference=reference_n,
-        n_candidate=candidate_n,
-    )
+    """A difference of two shares known only as counts (user feedback): independent requests."""
 
+    def sample(events: int, n: int) -> RateSample:
+        flags = np.zeros(n, dtype=np.float64)
+        flags[:events] = 1.0
+        return RateSample(flags, np.arange(n, dtype=np.int64))
 
-@dataclass(frozen=True)
-class StratumWeights:
-    reference: Floats  # per reference request; 0 outside the common strata
-    candidate: Floats
-    cover_reference: float  # share of each arm's requests inside the common strata
-    cover_candidate: float
-
-
-def stratum_weights(
-    reference_keys: npt.NDArray[np.int64],
-    candidate_keys: npt.NDArray[np.int64],
-    *,
-    min_stratum: int,
-) -> StratumWeights:
-    """Reweights the reference arm to the candidate's mix over the strata both arms fill.
-
-    A stratum either arm has fewer than `min_stratum` requests in is left out: comparing there
-    would rest on a handful of requests, or would compare a loaded arm with an idle one.
-    """
-    # Keys are small non-negative integers (see signals.strata): counting needs no sort.
-    size = int(max(reference_keys.max(initial=0), candidate_keys.max(initial=0))) + 1
-    in_reference = np.bincount(reference_keys, minlength=size)
-    in_candidate = np.bincount(candidate_keys, minlength=size)
-    common = (in_reference >= min_stratum) & (in_candidate >= min_stratum)
-    per_stratum = np.where(common, in_candidate / np.maximum(in_reference, 1), 0.0)
-    n_r = len(reference_keys)
-    candidate_weights = common[candidate_keys].astype(np.float64)
-    return StratumWeights(
-        reference=per_stratum[reference_keys].astype(np.float64),
-        candidate=candidate_weights,
-        cover_reference=float(in_reference[common].sum() / n_r) if n_r else 0.0,
-        cover_candidate=float(candidate_weights.sum() / len(candidate_keys))
-        if len(candidate_keys)
-        else 0.0,
-    )
+    return rate(sample(reference_events, reference_n), sample(candidate_events, candidate_n))

@@ -3,6 +3,12 @@ per rollout.
 
 Margins are practical thresholds: "p95 TTFT no more than 10% worse" is a relative margin of 0.10
 on a quantile; "error rate no more than 1 point higher" is an absolute margin of 0.01 on a rate.
+Each metric states two hypotheses with them: the candidate is rolled back once it is shown worse
+than its fail margin, and a step passes once it is shown worse by less than its pass margin. The
+pass margin is the wider one: what lies between them is an indifference zone, where a candidate
+may pass (the data did not show it worse than the pass margin) or be rolled back (it was shown
+worse than the fail margin); below the fail margin a candidate is rolled back with chance at most
+alpha, above the pass margin it passes with chance at most pass_alpha.
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ class Kind(StrEnum):
     QUANTILE = "quantile"  # a quantile of a latency column, compared as a ratio
     MEAN = "mean"  # the mean of a column per request, compared as a ratio
     RATIO = "ratio"  # dollars per million output tokens, compared as a ratio
-    SHIFT = "shift"  # a rank test: P(candidate > baseline) - 1/2, ties counted half
     RATE = "rate"  # a share of requests, compared as a difference in points
 
 
@@ -30,12 +35,11 @@ SIGNALS: dict[Kind, frozenset[str]] = {
     Kind.QUANTILE: frozenset({"ttft_ms", "tpot_ms", "e2e_ms"}),
     Kind.MEAN: frozenset({"ttft_ms", "tpot_ms", "e2e_ms", "output_tokens", "cost"}),
     Kind.RATIO: frozenset({"cost_per_mtok"}),
-    Kind.SHIFT: frozenset({"ttft_ms", "tpot_ms", "e2e_ms", "output_tokens"}),
     Kind.RATE: frozenset(
-        {"error", "timeout_abort", "truncation", "tool_success", "rejection", "feedback_positive"}
+        {"error", "timeout_abort", "truncation", "tool_success", "feedback_positive"}
     ),
 }
-# Ratios and quantiles are relative (candidate / reference - 1); shifts and rates are absolute.
+# Ratios and quantiles are relative (candidate / reference - 1); rates are absolute.
 RELATIVE_KINDS = frozenset({Kind.QUANTILE, Kind.MEAN, Kind.RATIO})
 
 
@@ -45,18 +49,23 @@ class MetricPolicy:
     kind: Kind
     signal: str  # the column or named rate it measures (see SIGNALS)
     direction: Direction
-    # The practical threshold: relative for quantiles, means and ratios (0.10 = 10% worse),
-    # absolute for rates (0.01 = one point) and shifts (0.05 = P(worse) above 0.55).
+    # The fail margin: relative for quantiles, means and ratios (0.10 = 10% worse), absolute
+    # for rates (0.01 = one point). A rollback needs the candidate shown worse than this.
     margin: float
     min_samples: int = 200  # per arm, after exclusions; fewer is "too few samples"
     quantile: float | None = None  # for Kind.QUANTILE only
-    # Load-sensitive metrics (latencies) are compared within concurrency and prompt-length
-    # strata, and against the control arm when there is one.
+    # Load-sensitive metrics (latencies) are compared against the control arm when there is one
+    # (its replicas carry the candidate's share of the load); otherwise against the baseline.
     load_sensitive: bool = False
     # Whether an unresolved verdict holds the last judged step for a person. Metrics that
     # rarely settle within a step (a p99; sparse user feedback) are better left non-blocking:
     # they can still roll a candidate back, but their silence does not stop a healthy one.
     blocking: bool = True
+    # The pass margin (same scale, at least the fail margin; the fail margin when not given): a
+    # step passes this metric once the candidate is shown worse by less than this.
+    pass_margin: float | None = None
+    # This metric's share of the judge's alpha, relative to the others'.
+    weight: float = 1.0
 
     def __post_init__(self) -> None:
         kind = Kind(self.kind)
@@ -72,6 +81,10 @@ class MetricPolicy:
             raise ValueError(f"metric {self.name!r}: quantile must be in (0, 1)")
         if not self.margin > 0:
             raise ValueError(f"metric {self.name!r}: margin must be positive")
+        if self.pass_margin is not None and self.pass_margin < self.margin:
+            raise ValueError(f"metric {self.name!r}: pass_margin must be at least the margin")
+        if not self.weight > 0:
+            raise ValueError(f"metric {self.name!r}: weight must be positive")
         if self.min_samples < 1:
             raise ValueError(f"metric {self.name!r}: min_samples must be at least 1")
 
@@ -79,8 +92,20 @@ class MetricPolicy:
     def relative(self) -> bool:
         return Kind(self.kind) in RELATIVE_KINDS
 
+    @property
+    def passes_below(self) -> float:
+        return self.margin if self.pass_margin is None else self.pass_margin
 
-def _latency(signal: str, q: float, margin: float, *, blocking: bool = True) -> MetricPolicy:
+
+def _latency(
+    signal: str,
+    q: float,
+    margin: float,
+    *,
+    pass_margin: float | None = None,
+    blocking: bool = True,
+    weight: float = 1.0,
+) -> MetricPolicy:
     # A tail quantile's error is read from the samples beyond it: at least 50 of them (p95
     # needs 1,000 requests per arm, p99 5,000), or its error is itself too noisy to trust.
     name = f"{signal.removesuffix('_ms')}_p{round(q * 100)}"
@@ -95,6 +120,8 @@ def _latency(signal: str, q: float, margin: float, *, blocking: bool = True) -> 
         quantile=q,
         load_sensitive=True,
         blocking=blocking,
+        pass_margin=pass_margin,
+        weight=weight,
     )
 
 
@@ -102,13 +129,23 @@ def _rate(
     signal: str,
     margin: float,
     *,
+    pass_margin: float | None = None,
     higher_is_better: bool = False,
     min_samples: int = 200,
     blocking: bool = True,
+    weight: float = 1.0,
 ) -> MetricPolicy:
     direction = Direction.HIGHER_IS_BETTER if higher_is_better else Direction.LOWER_IS_BETTER
     return MetricPolicy(
-        f"{signal}_rate", Kind.RATE, signal, direction, margin, min_samples, blocking=blocking
+        f"{signal}_rate",
+        Kind.RATE,
+        signal,
+        direction,
+        margin,
+        min_samples,
+        blocking=blocking,
+        pass_margin=pass_margin,
+        weight=weight,
     )
 
 
@@ -118,19 +155,19 @@ LOWER = Direction.LOWER_IS_BETTER
 @dataclass(frozen=True)
 class Policy:
     metrics: tuple[MetricPolicy, ...]
-    # The family-wise false-rollback rate per rollout: the chance that a candidate no worse than
-    # the baseline on every metric is rolled back at any look of any judged step. It is split
-    # evenly over the judged steps and the metrics (Bonferroni).
+    # The rollout's error budget: the chance that a candidate no worse than the baseline (and
+    # within its SLO limits) is rolled back by anything the engine does, at any look of any
+    # step. `guardrail_share` of it goes to the SLO guardrails (`guardrails`), the rest to the
+    # judge, split over the metrics by weight (Bonferroni). The judge's bounds are anytime-valid
+    # over the whole rollout (evidence carries from one step to the next), so the looks and the
+    # steps need no share of their own.
     alpha: float = 0.01
-    # The error of a "pass" at the end of a step (the chance of passing a metric that is worse
-    # than its margin). Every metric must pass for the step to pass, so this needs no split over
-    # the metrics (an intersection-union test).
+    guardrail_share: float = 0.2
+    # The error of a pass (the chance of passing a metric that is worse than its pass margin),
+    # also anytime-valid, so that re-reading on every tick of a held or resumed step cannot
+    # inflate it. Every metric must pass for a step to pass, so this needs no split over the
+    # metrics (an intersection-union test).
     pass_alpha: float = 0.05
-    # Concurrency strata with fewer samples than this in either arm are left out of the
-    # comparison; if what is left holds less than `min_overlap` of either arm's samples the
-    # arms ran at loads too different to compare, and the metric is inconclusive.
-    min_stratum: int = 10
-    min_overlap: float = 0.5
 
     def __post_init__(self) -> None:
         if not self.metrics:
@@ -140,34 +177,46 @@ class Policy:
             raise ValueError(f"metric names must be unique, got {names}")
         if not 0 < self.alpha < 1 or not 0 < self.pass_alpha < 1:
             raise ValueError("alpha and pass_alpha must be in (0, 1)")
-        if self.min_stratum < 1 or not 0 < self.min_overlap <= 1:
-            raise ValueError("min_stratum must be at least 1 and min_overlap in (0, 1]")
+        if not 0 < self.guardrail_share < 1:
+            raise ValueError("guardrail_share must be in (0, 1)")
 
-    def alpha_per_metric(self, steps: int) -> float:
-        return self.alpha / steps / len(self.metrics)
+    @property
+    def judge_alpha(self) -> float:
+        return self.alpha * (1 - self.guardrail_share)
+
+    @property
+    def guardrail_alpha(self) -> float:
+        return self.alpha * self.guardrail_share
+
+    def alpha_of(self, metric: MetricPolicy) -> float:
+        return self.judge_alpha * metric.weight / sum(m.weight for m in self.metrics)
 
 
+# One metric a question: the mean of output tokens answers "longer answers?" (its rank shift
+# asked the same), cost per million tokens answers "dearer to serve?" (cost per request is it
+# times the length, already judged), and end-to-end time is TTFT, TPOT and length, each judged.
+# Refusals by the gateway (budgets, shedding) are the tenants' policy, not the model's doing, and
+# are no metric at all. Weights put the alpha where a regression hurts and evidence is dear.
+# Fail margins are the smallest regression worth a rollback, pass margins the largest a step may
+# pass with: the median's 10% both (a 5% slower median is no reason to roll back); the tails'
+# 5% and 10% (a tail 20% worse must be caught within two steps, from a few thousand requests);
+# errors and timeouts a quarter point and a point.
 DEFAULT_METRICS: tuple[MetricPolicy, ...] = (
     _latency("ttft_ms", 0.50, 0.10),
-    _latency("ttft_ms", 0.95, 0.10),
-    _latency("ttft_ms", 0.99, 0.15, blocking=False),
+    _latency("ttft_ms", 0.95, 0.05, pass_margin=0.10, weight=2.0),
+    _latency("ttft_ms", 0.99, 0.15, blocking=False, weight=0.5),
     _latency("tpot_ms", 0.50, 0.10),
-    _latency("tpot_ms", 0.95, 0.10),
-    # End-to-end time mixes TTFT, TPOT and output length, each judged on its own above; the
-    # spread of output lengths keeps its p95 from settling within 10% in one step, so it may
-    # roll back but does not hold a step.
-    _latency("e2e_ms", 0.95, 0.10, blocking=False),
+    _latency("tpot_ms", 0.95, 0.05, pass_margin=0.10),
     MetricPolicy("output_tokens_mean", Kind.MEAN, "output_tokens", LOWER, 0.10),
-    MetricPolicy("output_tokens_shift", Kind.SHIFT, "output_tokens", LOWER, 0.05),
-    MetricPolicy("cost_per_request", Kind.MEAN, "cost", LOWER, 0.10),
-    MetricPolicy("cost_per_mtok", Kind.RATIO, "cost_per_mtok", LOWER, 0.10),
-    _rate("error", 0.01),
-    _rate("timeout_abort", 0.01),
-    _rate("truncation", 0.02),
-    _rate("rejection", 0.02),
-    _rate("tool_success", 0.03, higher_is_better=True),
+    MetricPolicy("cost_per_mtok", Kind.RATIO, "cost_per_mtok", LOWER, 0.10, weight=0.5),
+    _rate("error", 0.0025, pass_margin=0.01, weight=1.5),
+    _rate("timeout_abort", 0.0025, pass_margin=0.01),
+    _rate("truncation", 0.01, pass_margin=0.02, weight=0.5),
+    _rate("tool_success", 0.015, pass_margin=0.03, higher_is_better=True, weight=1.5),
     # Feedback comes from a few requests in a hundred, when an application sends it at all.
-    _rate("feedback_positive", 0.05, higher_is_better=True, min_samples=50, blocking=False),
+    _rate(
+        "feedback_positive", 0.05, higher_is_better=True, min_samples=50, blocking=False, weight=0.5
+    ),
 )
 
 DEFAULT_POLICY = Policy(metrics=DEFAULT_METRICS)

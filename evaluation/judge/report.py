@@ -33,15 +33,18 @@ class MetricVerdict:
     # candidate / baseline - 1 for relative metrics, candidate - baseline for rates and shifts
     difference: float
     # The anytime-valid interval of the difference at this metric's share of alpha: the
-    # rollback rule reads its worse end. (NaN, NaN) when there was too little data.
+    # rollback rule reads its better end against the fail margin. (NaN, NaN) when there was
+    # too little data.
     interval: tuple[float, float]
-    threshold: float  # the margin, signed in the worse direction
+    threshold: float  # the fail margin, signed in the worse direction
     rule: str  # one sentence: which rule fired, or why none could
     relative: bool = True
     # How much worse the candidate could be (positive = worse, whatever the direction), from the
-    # one-sided fixed-sample bound at pass_alpha that a pass at the end of a step reads.
+    # anytime-valid bound at pass_alpha that a pass reads against the pass margin.
     pass_bound: float = math.nan
     reference: str = "baseline"  # which arm the candidate was compared with
+    pass_threshold: float = math.nan  # the pass margin, signed in the worse direction
+    alpha: float = math.nan  # this metric's share of the rollout's alpha
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +61,8 @@ class MetricVerdict:
             "relative": self.relative,
             "pass_bound": _json_float(self.pass_bound),
             "reference": self.reference,
+            "pass_threshold": _json_float(self.pass_threshold),
+            "alpha": _json_float(self.alpha),
         }
 
     @classmethod
@@ -77,6 +82,8 @@ class MetricVerdict:
             relative=bool(data.get("relative", True)),
             pass_bound=_float(data.get("pass_bound")),
             reference=str(data.get("reference", "baseline")),
+            pass_threshold=_float(data.get("pass_threshold")),
+            alpha=_float(data.get("alpha")),
         )
 
 
@@ -86,6 +93,8 @@ class Report:
     decision: Decision
     reason: str
     final: bool = False
+    # The judge's share of the rollout's alpha, split over the metrics by weight (each verdict
+    # names its own).
     alpha_per_metric: float = math.nan
 
     def verdict(self, metric: str) -> MetricVerdict:

@@ -32,8 +32,10 @@ class ArmSamples:
     output_tokens: npt.NDArray[np.int64]
     tool: npt.NDArray[np.str_]  # "" (no tools), no_call, valid, invalid_json, invalid_schema,
     # unchecked
-    concurrency: npt.NDArray[np.int64]  # in flight to that deployment at start (gateway process)
     cost: npt.NDArray[np.float64]  # dollars
+    ts: npt.NDArray[np.float64]  # unix seconds at arrival: requests close in time share a cluster
+    replica: npt.NDArray[np.str_]  # the replica that served it ("" when none did)
+    step: npt.NDArray[np.int64]  # the rollout step it arrived in
     feedback_positive: int = 0  # user feedback counted for this arm (thumbs up, good outcome)
     feedback_negative: int = 0
 
@@ -94,8 +96,8 @@ class ArmSamples:
         feedback_positive: int = 0,
         feedback_negative: int = 0,
     ) -> ArmSamples:
-        """Rows with the stored sample's field names; None in ttft_ms/tpot_ms becomes NaN and
-        None in finish/tool becomes ""."""
+        """Rows with the stored sample's field names (`ts` as a datetime or unix seconds);
+        None in ttft_ms/tpot_ms becomes NaN and None in finish/tool/replica becomes ""."""
         lists: dict[str, list[Any]] = {column: [] for column in _COLUMNS}
         for index, row in enumerate(rows):
             for column in _COLUMNS:
@@ -109,6 +111,8 @@ class ArmSamples:
                         value = ""
                     else:
                         raise ValueError(f"row {index}: {column} may not be None")
+                if column == "ts" and hasattr(value, "timestamp"):
+                    value = value.timestamp()
                 lists[column].append(value)
         return cls.from_columns(
             lists, feedback_positive=feedback_positive, feedback_negative=feedback_negative
@@ -123,7 +127,7 @@ class ArmSamples:
                     f"ArmSamples.{column} has unknown values {sorted(seen - allowed)}; "
                     f"expected one of {sorted(allowed)}"
                 )
-        for column in ("prompt_tokens", "output_tokens", "concurrency"):
+        for column in ("prompt_tokens", "output_tokens"):
             if len(self) and int(getattr(self, column).min()) < 0:
                 raise ValueError(f"ArmSamples.{column} has negative values")
 
@@ -155,8 +159,10 @@ _COLUMNS: dict[str, type] = {
     "prompt_tokens": np.int64,
     "output_tokens": np.int64,
     "tool": np.str_,
-    "concurrency": np.int64,
     "cost": np.float64,
+    "ts": np.float64,
+    "replica": np.str_,
+    "step": np.int64,
 }
 _NULLABLE_FLOAT = frozenset({"ttft_ms", "tpot_ms"})
-_NULLABLE_TEXT = frozenset({"finish", "tool"})
+_NULLABLE_TEXT = frozenset({"finish", "tool", "replica"})

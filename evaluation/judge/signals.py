@@ -1,8 +1,9 @@
 """Which requests count for which metric.
 
-Refused requests (finish "rejected": budget limits, shedding) never reached a model, and a client
-that left (499) cut its own request short: both are kept out of the latency and error
-denominators, where they would only dilute the comparison. They are counted in their own rates.
+Refused requests (finish "rejected": budget limits, shedding) never reached a model: they are the
+tenant's policy, not the deployment's doing, and count for no metric at all (the tenants' usage
+pages show them). A client that left (499) cut its own request short: it is kept out of the
+latency and error denominators and counted in the timeout-and-abort rate.
 """
 
 from __future__ import annotations
@@ -71,9 +72,12 @@ def rate_counts(arm: ArmSamples, signal: str, masks: ArmMasks | None = None) -> 
     if signal == "feedback_positive":
         total = arm.feedback_positive + arm.feedback_negative
         return Counts(arm.feedback_positive, total)
-    masks = masks or ArmMasks.of(arm)
-    if signal == "rejection":
-        return Counts(int(masks.rejected.sum()), len(arm))
+    eligible, event = rate_masks(arm, signal, masks or ArmMasks.of(arm))
+    return Counts(int((eligible & event).sum()), int(eligible.sum()))
+
+
+def rate_masks(arm: ArmSamples, signal: str, masks: ArmMasks) -> tuple[Mask, Mask]:
+    """Which requests a named rate counts (eligible), and which of them are its events."""
     not_rejected = ~masks.rejected
     if signal == "error":
         eligible = not_rejected & ~masks.client_left
@@ -94,7 +98,7 @@ def rate_counts(arm: ArmSamples, signal: str, masks: ArmMasks | None = None) -> 
         event = (arm.tool == "valid") | (arm.tool == "no_call")
     else:
         raise ValueError(f"unknown rate {signal!r}")
-    return Counts(int((eligible & event).sum()), int(eligible.sum()))
+    return eligible, event
 
 
 def column(arm: ArmSamples, signal: str) -> tuple[npt.NDArray[np.float64], Mask]:
@@ -102,15 +106,3 @@ def column(arm: ArmSamples, signal: str) -> tuple[npt.NDArray[np.float64], Mask]
     requests that produced no or one token, drop out here)."""
     values = np.asarray(getattr(arm, signal), dtype=np.float64)
     return values, served(arm) & np.isfinite(values)
-
-
-def strata(arm: ArmSamples) -> npt.NDArray[np.int64]:
-    """A stratum key per request from the load and the prompt length at its start.
-
-    Concurrency bins grow by a quarter (every value its own bin up to 4, then 5, 6, 7-8, 9-11,
-    ...) so that within a bin the load differs by at most about 25%; prompt lengths fall into
-    factor-of-4 bins (prefill time grows with them).
-    """
-    load = np.floor(np.log1p(np.maximum(arm.concurrency, 0)) / math.log(1.25)).astype(np.int64)
-    prompt = np.floor(np.log1p(np.maximum(arm.prompt_tokens, 0)) / math.log(4)).astype(np.int64)
-    return load * 64 + np.minimum(prompt, 63)

@@ -78,11 +78,13 @@ class Worker:
 
 @dataclass
 class Traffic:
-    """Open-loop requests through the gateway at a fixed rate, each from its own user."""
+    """Open-loop requests through the gateway at a fixed rate, each from its own user, or with no
+    `user` field at all (`with_user=False`: each request opens a conversation of its own)."""
 
     url: str
     key: str
     rate: float = 40.0
+    with_user: bool = True
     statuses: list[int] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -112,12 +114,15 @@ class Traffic:
                 await asyncio.wait(pending, timeout=20)
 
     async def _one(self, session: aiohttp.ClientSession, user: str) -> None:
-        body = {
+        body: dict[str, Any] = {
             "model": ROUTE,
-            "user": user,
             "messages": [{"role": "user", "content": "Is my order on its way? " * 3}],
             "max_tokens": 8,
         }
+        if self.with_user:
+            body["user"] = user
+        else:
+            body["messages"][0]["content"] += f" (order {user})"
         try:
             async with session.post(
                 f"{self.url}/v1/chat/completions",

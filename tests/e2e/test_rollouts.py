@@ -9,12 +9,16 @@ from pathlib import Path
 import pytest
 
 from evaluation.models import RequestSample
+from orchestration.gateway_snapshot import publish_snapshot
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout, RolloutEvent
 from rollouts.plans import Plan, SloGates, Step
 from rollouts.services.rollouts import rollout_create, rollout_start
-from tests.e2e.conftest import Stack, build_stack, record_timing, wait_for_state
-from tests.gateway.conftest import GatewayLauncher
+from tenants.services.accounts import tenant_create
+from tenants.services.budgets import budget_set
+from tenants.services.gateway_keys import api_key_create
+from tests.e2e.conftest import Stack, Traffic, build_stack, record_timing, wait_for_state
+from tests.gateway.conftest import GatewayLauncher, wait_for_version
 from tests.simfleet.harness import FleetLauncher
 
 S = RolloutState
@@ -153,3 +157,33 @@ def test_an_equal_candidate_is_promoted_through_every_step_even_if_the_worker_di
     stack.route.refresh_from_db()
     assert (stack.route.baseline_id, stack.route.canary_id) == (stack.candidate.pk, None)
     assert 0 not in traffic.statuses
+
+
+@pytest.mark.timeout(480)
+def test_an_equal_candidate_is_promoted_while_a_tenant_without_user_bursts_into_its_budget(
+    tmp_path: Path, launchers: tuple[FleetLauncher, GatewayLauncher], stacks: list[Stack]
+) -> None:
+    # Seen on the demo before: a tenant's requests without `user` all sat on one arm, its budget
+    # refusals became that arm's "rejection rate", and an equal candidate was rolled back.
+    stack = build_stack(tmp_path, *launchers, candidate_replicas=2)
+    stacks.append(stack)
+    bursting = tenant_create(actor=None, slug="bursty", name="Bursty")
+    budget_set(actor=None, tenant=bursting, requests_per_minute=120)
+    _, burst_key = api_key_create(actor=None, tenant=bursting, name="burst")
+    wait_for_version(stack.gateway, publish_snapshot() or 0)
+    traffic = stack.traffic()
+    burst = Traffic(url=stack.gateway.url, key=burst_key, rate=10, with_user=False)
+    traffic.start()
+    burst.start()
+    try:
+        rollout, _ = start(stack, QUICK_PLAN, SloGates(ttft_p95_ms=2000, tpot_p95_ms=500))
+        ended = wait_for_state(rollout.pk, {S.PROMOTED, S.ROLLED_BACK, S.PAUSED}, seconds=400)
+        assert ended.state == S.PROMOTED, ended.events.last()
+    finally:
+        burst.stop()
+        traffic.stop()
+    assert burst.statuses.count(429) > 100  # it burst into its budget throughout
+    refused = RequestSample.objects.filter(rollout_id=rollout.pk, finish="rejected")
+    # Its conversations spread over both arms, refusals included, and none of them was judged.
+    assert refused.filter(arm="canary").exists()
+    assert refused.filter(arm="baseline").exists()

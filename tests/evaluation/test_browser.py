@@ -26,8 +26,8 @@ def test_a_viewer_reads_the_report_of_a_judged_step(
     settings.PROMETHEUS_URL = "http://127.0.0.1:9"
     UserFactory.create(username="watcher", role=Role.VIEWER)
     rollout = running_rollout()
-    traffic(rollout, "baseline", 1200, seed=31)
-    traffic(rollout, "canary", 1200, seed=32)
+    traffic(rollout, "baseline", 3000, seed=31)
+    traffic(rollout, "canary", 3000, seed=32)
     baked(rollout)
     advance(rollout.pk)  # step 1 passes on the judge's final look
     polls: list[Request] = []

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+from dataclasses import replace
 
 from django.utils import timezone
 
 from core.models import AuditEvent
+from evaluation import selectors
 from evaluation.judging import recompute, step_look
-from evaluation.models import DeploymentCost, RequestSample, Verdict
+from evaluation.models import DeploymentCost, Feedback, RequestSample, Verdict
 from orchestration.engine import advance, decide
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout, RolloutEvent
+from rollouts.plans import Plan, Step
 from rollouts.services.rollouts import rollout_control
 from tenants.models import User
 from tests.conftest import stored
@@ -31,14 +34,17 @@ def traffic(
     ttft_scale: float = 1.0,
     step: int = 0,
     cost_scale: float = 1.0,
+    per_s: float = 30.0,
 ) -> None:
-    """Requests with the spread real ones have: lognormal latencies, varied lengths and loads."""
+    """Requests with the spread real ones have: lognormal latencies and varied lengths, arriving
+    `per_s` a second up to now on one of three replicas."""
     rng = random.Random(seed)  # noqa: S311 -- test data, not secrets
     now = timezone.now()
     RequestSample.objects.bulk_create(
         RequestSampleFactory.build(
             rid=f"{arm}-{seed}-{i}",
-            ts=now - dt.timedelta(milliseconds=10 * (count - i)),
+            ts=now - dt.timedelta(seconds=(count - i) / per_s),
+            replica=f"{arm}-{rng.randrange(3)}",
             rollout_id=rollout.pk,
             step=step,
             route="chat",
@@ -52,7 +58,6 @@ def traffic(
             ttft_ms=rng.lognormvariate(4, 0.3) * ttft_scale,
             tpot_ms=rng.lognormvariate(1.6, 0.2),
             e2e_ms=rng.lognormvariate(6, 0.3),
-            concurrency=rng.randint(1, 6),
             cost=out * 2e-6 * cost_scale,
         )
         for i in range(count)
@@ -100,7 +105,7 @@ def test_costs_are_judged_only_when_both_throughputs_were_entered(running: Rollo
     decision = advance(running.pk)
     assert decision is not None
     assert decision.action == "rollback", decision.reason
-    assert "cost_per_request" in decision.reason
+    assert "cost_per_mtok" in decision.reason
 
 
 def test_a_control_arm_compares_the_candidate_with_the_baseline_under_the_same_load(
@@ -122,8 +127,8 @@ def test_a_control_arm_compares_the_candidate_with_the_baseline_under_the_same_l
 
 
 def test_an_equal_candidate_passes_the_step_on_the_final_look(running: Rollout) -> None:
-    traffic(running, "baseline", 1500, seed=3)
-    traffic(running, "canary", 1500, seed=4)
+    traffic(running, "baseline", 3000, seed=3)
+    traffic(running, "canary", 3000, seed=4)
     baked(running)
     decision = advance(running.pk)
     assert decision is not None
@@ -209,3 +214,77 @@ def test_the_100_percent_step_runs_on_the_guardrails_alone(running: Rollout) -> 
     assert decision.action == "promote"
     assert "judge" not in decision.evidence
     assert not Verdict.objects.exists()
+
+
+def two_judged_steps(rollout: Rollout) -> None:
+    """Gives the rollout a 5%, 50% and 100% plan and moves it to the 50% step."""
+    plan = Plan(steps=(Step(weight=5), Step(weight=50), Step(weight=100)))
+    Rollout.objects.filter(pk=rollout.pk).update(
+        plan=plan.model_dump(mode="json"), step_index=1, step_started_at=timezone.now()
+    )
+    rollout.refresh_from_db()
+
+
+def test_the_evidence_of_earlier_judged_steps_carries_into_the_next(running: Rollout) -> None:
+    traffic(running, "baseline", 600, seed=41, step=0)
+    traffic(running, "canary", 600, seed=42, step=0)
+    first = RequestSample.objects.filter(rollout_id=running.pk, arm="canary", step=0).first()
+    assert first is not None
+    Feedback.objects.create(sample=first, value="up")
+    two_judged_steps(running)
+    traffic(running, "baseline", 400, seed=43, step=1)
+    traffic(running, "canary", 400, seed=44, step=1)
+    look = step_look(running, now=timezone.now(), final=False)
+    assert look is not None
+    assert (look.step, look.window.first_step, look.window.steps) == (1, 0, (0, 1))
+    assert look.report.verdict("ttft_p50").n_candidate == 1000
+    assert look.report.verdict("error_rate").n_baseline == 1000
+    assert look.window.feedback["canary"] == (1, 0)  # feedback on a request of the 5% step
+    # The guardrails still read the step's own samples.
+    assert decide(running).evidence["canary"]["samples"] == 400  # type: ignore[index]
+
+
+def test_a_verdict_of_a_later_step_is_reproduced_from_every_step_it_read(
+    running: Rollout,
+) -> None:
+    traffic(running, "baseline", 600, seed=45, step=0)
+    traffic(running, "canary", 600, seed=46, step=0)
+    two_judged_steps(running)
+    traffic(running, "baseline", 400, seed=47, step=1)
+    traffic(running, "canary", 400, seed=48, step=1)
+    decide(running, record=True)
+    verdict = Verdict.objects.get(rollout=running, step=1)
+    assert verdict.window["first_step"] == 0
+    traffic(running, "canary", 300, seed=49, step=1, ttft_scale=3.0)  # after the look
+    assert recompute(verdict).to_dict() == verdict.report
+    assert verdict.report["verdicts"][0]["n_candidate"] == 1000
+
+
+def test_a_verdict_stored_before_evidence_carried_reads_its_own_step_alone(
+    running: Rollout,
+) -> None:
+    traffic(running, "canary", 600, seed=50, step=0)
+    two_judged_steps(running)
+    traffic(running, "canary", 400, seed=51, step=1)
+    window = selectors.Window.from_dict(
+        {"rollout": running.pk, "step": 1, "max_sample_id": 2**62, "feedback": {}}
+    )
+    assert window.steps == (1, 1)
+    assert len(selectors.window_samples(window)["canary"]) == 400
+    carried = replace(window, first_step=0)
+    assert len(selectors.window_samples(carried)["canary"]) == 1000
+
+
+def test_the_guardrails_of_the_100_percent_step_read_its_own_samples_alone(
+    running: Rollout,
+) -> None:
+    # The 10% step's requests were slow to the first token: over the 300 ms gate, pooled.
+    traffic(running, "canary", 600, seed=52, step=0, ttft_scale=10.0)
+    Rollout.objects.filter(pk=running.pk).update(
+        step_index=1, step_started_at=timezone.now() - dt.timedelta(seconds=60)
+    )
+    running.refresh_from_db()
+    stored(running, "canary", 60)
+    decision = decide(running)
+    assert decision.action == "promote", decision.reason
+    assert decision.evidence["canary"]["samples"] == 60  # type: ignore[index]

@@ -23,10 +23,10 @@ UNREACHABLE = "http://127.0.0.1:9"
 
 @pytest.fixture
 def judged(running: Rollout, settings: Settings) -> Rollout:
-    """A rollout whose first step the judge passed on 1,200 requests per arm."""
+    """A rollout whose first step the judge passed on 3,000 requests per arm."""
     settings.PROMETHEUS_URL = UNREACHABLE
-    traffic(running, "baseline", 1200, seed=21)
-    traffic(running, "canary", 1200, seed=22)
+    traffic(running, "baseline", 3000, seed=21)
+    traffic(running, "canary", 3000, seed=22)
     baked(running)
     advance(running.pk)
     running.refresh_from_db()
@@ -47,7 +47,7 @@ def test_the_report_json_has_both_arms_the_verdicts_and_the_cost(
     assert body["step"] == 0
     assert body["decision"]["decision"] == "promote"
     assert body["decision"]["final"] is True
-    assert body["arms"]["baseline"]["samples"] == body["arms"]["canary"]["samples"] == 1200
+    assert body["arms"]["baseline"]["samples"] == body["arms"]["canary"]["samples"] == 3000
     ttft = body["arms"]["canary"]["ttft_ms"]
     assert 0 < ttft["p50"] < ttft["p95"] < ttft["p99"]
     assert body["arms"]["canary"]["cost_per_million_output_tokens"] == pytest.approx(2.0)

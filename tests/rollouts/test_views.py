@@ -239,8 +239,8 @@ def test_the_page_shows_the_current_weights(
 def test_the_page_shows_samples_per_arm_against_the_slo_gates(
     client: Client, running: Rollout, viewer: User
 ) -> None:
-    stored(running, "baseline", 40, short=True, step=None, ttft_ms=100)
-    stored(running, "canary", 30, short=True, step=None, ttft_ms=400)
+    stored(running, "baseline", 40, short=True, ttft_ms=100)
+    stored(running, "canary", 30, short=True, ttft_ms=400)
     client.force_login(viewer)
     page = client.get(f"/rollouts/{running.pk}/").content.decode()
     assert row(page, "data-row", "samples") == "Samples — 40 30"
@@ -249,10 +249,13 @@ def test_the_page_shows_samples_per_arm_against_the_slo_gates(
     ttft = re.search(r'<tr data-row="ttft-p95">(.*?)</tr>', page, re.DOTALL)
     assert ttft is not None
     assert re.findall(r'class="num (gate-\w+)"', ttft.group(1)) == ["gate-pass", "gate-fail"]
-    # What the tick would do with these samples: the candidate breaches the TTFT gate.
+    # What the tick would do with these samples: every one of the candidate's 30 requests is
+    # over the TTFT gate, a breach beyond doubt.
     guardrail = re.search(r'data-testid="guardrail">(.*?)</dd>', page, re.DOTALL)
     assert guardrail is not None
-    assert text(guardrail.group(1)).startswith("rollback TTFT p95 400 ms > 300 ms")
+    reason = text(guardrail.group(1))
+    assert reason.startswith("rollback TTFT p95 over 300 ms")
+    assert "100.0% (30 of 30) is above its 5.0% limit beyond doubt" in reason
     assert "30 of 50 candidate samples needed" in text(page)
 
 
@@ -350,11 +353,12 @@ def test_the_page_query_count_is_pinned(
     act(running, release_manager, "pause")
     act(running, release_manager, "resume")
     client.force_login(release_manager)
-    # session, user, rollout, 2 step stats, 2 stats for the decision, events, and one look of
-    # the A/B judge (samples, feedback, entered costs), shared by the decision and the verdict
-    with django_assert_num_queries(11):
+    # session, user, rollout, 2 step stats, events, and the decision's reads: the samples,
+    # feedback and entered costs (one read for the guardrails and the A/B judge's look, shared
+    # by the decision and the verdict) and whether a person resumed the step
+    with django_assert_num_queries(10):
         client.get(f"/rollouts/{running.pk}/")
-    with django_assert_num_queries(11):
+    with django_assert_num_queries(10):
         client.get(f"/rollouts/{running.pk}/?seen=running%3A0", headers=HTMX)
 
 

@@ -1,4 +1,5 @@
-"""Synthetic arms for the judge's tests: served chat requests with log-normal latencies."""
+"""Synthetic arms for the judge's tests: served chat requests with log-normal latencies, arriving
+at a steady rate on a few replicas."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import numpy as np
 
 from evaluation.judge import ArmSamples
 
+# The judge's clusters are one replica over this many seconds (`estimators.WINDOW_S`); the drift
+# below is drawn per such cluster, independently of the judge's own code.
+WINDOW_S = 10.0
+
 
 def make_arm(
     rng: np.random.Generator,
@@ -15,19 +20,29 @@ def make_arm(
     *,
     ttft_factor: float = 1.0,
     tpot_factor: float = 1.0,
-    concurrency: int | np.ndarray = 4,
-    load_slowdown: float = 0.0,
     error_rate: float = 0.0,
     tools: float = 0.0,
     tool_invalid: float = 0.05,
     output_median: float = 150.0,
+    name: str = "arm",
+    replicas: int = 4,
+    per_s: float = 50.0,
+    start: float = 1.7e9,
+    drift: float = 0.0,
+    step: int = 0,
     **columns: Any,
 ) -> ArmSamples:
-    """`load_slowdown` makes latency grow with concurrency (x (1 + slowdown * concurrency))."""
-    conc = np.broadcast_to(np.asarray(concurrency, dtype=np.int64), (n,)).copy()
-    load = 1 + load_slowdown * conc
-    ttft = rng.lognormal(np.log(20), 0.4, n) * ttft_factor * load
-    tpot = rng.lognormal(np.log(3), 0.15, n) * tpot_factor * load
+    """`n` requests arriving `per_s` a second from `start` (unix seconds), in order, each on one
+    of `replicas` replicas named `<name>-<i>`. `drift` is the spread (on the log scale) of a
+    slowdown that all requests of one replica in one 10 s window share: load, batch mix, a noisy
+    neighbour."""
+    ts = start + np.arange(n) / per_s
+    replica_index = rng.integers(0, replicas, n)
+    window = np.floor((ts - start) / WINDOW_S).astype(np.int64)
+    cluster = replica_index * (int(window.max(initial=0)) + 1) + window
+    shared = np.exp(rng.normal(0.0, drift, int(cluster.max(initial=0)) + 1))[cluster]
+    ttft = rng.lognormal(np.log(20), 0.4, n) * ttft_factor * shared
+    tpot = rng.lognormal(np.log(3), 0.15, n) * tpot_factor * shared
     output = np.clip(np.round(rng.lognormal(np.log(output_median), 0.8, n)), 2, 1024)
     status = np.where(rng.random(n) < error_rate, 500, 200)
     finish = np.where(status == 500, "error", np.where(output >= 1024, "length", "stop"))
@@ -46,8 +61,10 @@ def make_arm(
         "prompt_tokens": rng.integers(50, 200, n),
         "output_tokens": output.astype(np.int64),
         "tool": tool,
-        "concurrency": conc,
         "cost": output * 0.4e-6,
+        "ts": ts,
+        "replica": np.array([f"{name}-{i}" for i in replica_index], dtype=np.str_),
+        "step": np.full(n, step, dtype=np.int64),
     }
     data.update(columns)
     return ArmSamples.from_columns(data)

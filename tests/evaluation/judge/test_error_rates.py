@@ -14,18 +14,17 @@ SEQUENCES = 30
 
 
 def rolled_back(rng: np.random.Generator, candidate_factor: float) -> bool:
-    """One step: 3,600 baseline and 1,200 candidate requests, judged at 12 growing prefixes."""
-    baseline = make_arm(rng, 3600, tools=0.5, concurrency=rng.integers(0, 8, 3600))
+    """One step of two minutes: 3,600 baseline and 1,200 candidate requests, judged at 12
+    growing prefixes (the requests in order of arrival)."""
+    baseline = make_arm(rng, 3600, name="baseline", per_s=30, tools=0.5)
     candidate = make_arm(
-        rng, 1200, ttft_factor=candidate_factor, tools=0.5, concurrency=rng.integers(0, 8, 1200)
+        rng, 1200, name="candidate", per_s=10, tools=0.5, ttft_factor=candidate_factor
     )
     for look in range(1, LOOKS + 1):
-        share = slice(0, look * len(candidate) // LOOKS)
         report = judge(
             baseline.take(slice(0, look * len(baseline) // LOOKS)),
-            candidate.take(share),
+            candidate.take(slice(0, look * len(candidate) // LOOKS)),
             final=look == LOOKS,
-            steps=3,
         )
         if report.decision is Decision.ROLLBACK:
             return True

@@ -12,12 +12,37 @@ from evaluation.judge import (
     DEFAULT_POLICY,
     ArmSamples,
     Decision,
+    Direction,
+    Kind,
+    MetricPolicy,
+    MetricVerdict,
     Outcome,
     Policy,
     Report,
     judge,
 )
 from tests.evaluation.judge.arms import make_arm
+
+LOWER = Direction.LOWER_IS_BETTER
+
+
+def default_metric(name: str) -> MetricPolicy:
+    return next(m for m in DEFAULT_POLICY.metrics if m.name == name)
+
+
+def assert_same(verdict: MetricVerdict, again: MetricVerdict) -> None:
+    """The same verdict, its figures equal to the last few bits (the same sums, added in another
+    order)."""
+    fields, other = verdict.to_dict(), again.to_dict()
+    fields["low"], fields["high"] = fields.pop("interval")
+    other["low"], other["high"] = other.pop("interval")
+    floats = {name for name, value in fields.items() if isinstance(value, float)}
+    assert {name: other[name] for name in floats} == pytest.approx(
+        {name: fields[name] for name in floats}, rel=1e-12
+    )
+    assert {name: other[name] for name in fields.keys() - floats} == {
+        name: fields[name] for name in fields.keys() - floats
+    }
 
 
 @pytest.fixture
@@ -27,12 +52,12 @@ def rng() -> np.random.Generator:
 
 def test_identical_arms_pass_every_metric_and_the_step(rng: np.random.Generator) -> None:
     baseline, candidate = make_arm(rng, 20_000, tools=0.5), make_arm(rng, 20_000, tools=0.5)
-    report = judge(baseline, candidate, final=True, steps=3)
+    report = judge(baseline, candidate, final=True)
     assert report.decision is Decision.PROMOTE
-    outcomes = {v.metric: v.outcome for v in report.verdicts}
-    assert outcomes["ttft_p95"] is Outcome.PASS
-    assert outcomes["tool_success_rate"] is Outcome.PASS
+    assert report.reason == "every blocking metric with data passed (11 passed)"
+    unpassed = [v.metric for v in report.verdicts if v.outcome is not Outcome.PASS]
     # Nobody sent feedback: that metric has no data and does not apply.
+    assert unpassed == ["feedback_positive_rate"]
     assert report.verdict("feedback_positive_rate").rule == "no data in either arm"
 
 
@@ -40,13 +65,18 @@ def test_a_large_latency_regression_rolls_back_at_an_interim_look(
     rng: np.random.Generator,
 ) -> None:
     baseline, candidate = make_arm(rng, 6000), make_arm(rng, 1500, ttft_factor=1.5)
-    report = judge(baseline, candidate, final=False, steps=3)
+    report = judge(baseline, candidate, final=False)
     assert report.decision is Decision.ROLLBACK
     verdict = report.verdict("ttft_p95")
+    metric = default_metric("ttft_p95")
     assert verdict.outcome is Outcome.FAIL
-    assert verdict.interval[0] > 0
+    assert verdict.threshold == metric.margin
+    assert verdict.interval[0] > verdict.threshold  # shown worse than the margin
     assert 0.3 < verdict.difference < 0.7
-    assert verdict.threshold == 0.10
+    assert verdict.rule.startswith(
+        f"worse than the {metric.margin:.1%} fail margin beyond doubt: +"
+    )
+    assert verdict.alpha == DEFAULT_POLICY.alpha_of(metric)
     assert "ttft_p95" in report.reason
     assert report.verdict("tpot_p50").outcome is not Outcome.FAIL
 
@@ -56,11 +86,131 @@ def test_a_small_regression_within_the_margin_does_not_roll_back(
 ) -> None:
     # 4% slower is real but under the 10% margin: never a rollback, however many samples.
     baseline, candidate = make_arm(rng, 40_000), make_arm(rng, 40_000, tpot_factor=1.04)
-    report = judge(baseline, candidate, final=True, steps=3)
+    report = judge(baseline, candidate, final=True)
     verdict = report.verdict("tpot_p50")
     assert verdict.interval[0] > 0  # the difference is beyond doubt…
     assert verdict.outcome is Outcome.PASS  # …and within the margin
     assert report.decision is not Decision.ROLLBACK
+
+
+def test_a_candidate_worse_than_zero_but_inside_its_fail_margin_is_not_rolled_back(
+    rng: np.random.Generator,
+) -> None:
+    # TTFT p50 5% worse, on samples enough to show it: worse beyond doubt, but not by the 10%
+    # the margin allows, so no look rolls it back…
+    baseline, candidate = make_arm(rng, 60_000), make_arm(rng, 60_000, ttft_factor=1.05)
+    report = judge(baseline, candidate, final=False)
+    verdict = report.verdict("ttft_p50")
+    assert verdict.interval[0] > 0
+    assert verdict.outcome is not Outcome.FAIL
+    assert report.decision is Decision.CONTINUE
+    # …while 30% worse is shown beyond the margin and rolled back.
+    worse = make_arm(rng, 60_000, ttft_factor=1.30)
+    rolled_back = judge(baseline, worse, final=False)
+    assert rolled_back.verdict("ttft_p50").outcome is Outcome.FAIL
+    assert rolled_back.verdict("ttft_p50").interval[0] > 0.10
+    assert rolled_back.decision is Decision.ROLLBACK
+    assert rolled_back.reason.startswith("worse beyond doubt and beyond the margin: ttft_p50, ")
+
+
+def test_an_estimate_beyond_the_margin_is_no_rollback_until_shown_beyond_it(
+    rng: np.random.Generator,
+) -> None:
+    # 12% slower on 3,000 requests: the estimate is past the 10% margin and the candidate is
+    # worse beyond doubt, but it could still be within the margin: not settled either way.
+    baseline, candidate = make_arm(rng, 3000), make_arm(rng, 3000, ttft_factor=1.12)
+    report = judge(baseline, candidate, final=False)
+    verdict = report.verdict("ttft_p50")
+    assert verdict.difference > 0.10
+    assert 0 < verdict.interval[0] < 0.10
+    assert verdict.outcome is Outcome.INCONCLUSIVE
+    assert verdict.rule.startswith("not settled: ")
+    assert report.decision is Decision.CONTINUE
+
+
+def test_a_candidate_exactly_at_its_pass_margin_does_not_pass_and_one_well_inside_does(
+    rng: np.random.Generator,
+) -> None:
+    baseline = make_arm(rng, 20_000)
+
+    def scaled(factor: float) -> ArmSamples:
+        """The baseline's own requests, each exactly `factor` times as slow to the first token."""
+        return replace(baseline, ttft_ms=baseline.ttft_ms * factor)
+
+    # The default pass margin is the fail margin: 10% worse neither passes nor fails.
+    at_margin = judge(baseline, scaled(1.10), final=True).verdict("ttft_p50")
+    assert at_margin.difference == pytest.approx(0.10)
+    assert at_margin.outcome is Outcome.INCONCLUSIVE
+    assert at_margin.pass_bound > 0.10
+    inside = judge(baseline, scaled(1.02), final=True).verdict("ttft_p50")
+    assert inside.outcome is Outcome.PASS
+    assert inside.pass_bound < 0.10
+    assert inside.rule.startswith("within the 10.0% pass margin: +2.0% against the baseline")
+
+    # A wider pass margin: the same 10% worse passes one of 20% (it is not shown worse than
+    # its 10% fail margin)…
+    wider = Policy(
+        metrics=(
+            MetricPolicy(
+                "ttft_p50", Kind.QUANTILE, "ttft_ms", LOWER, 0.10, quantile=0.5, pass_margin=0.20
+            ),
+        )
+    )
+    at_fail_margin = judge(baseline, scaled(1.10), wider, final=True)
+    verdict = at_fail_margin.verdict("ttft_p50")
+    assert (verdict.threshold, verdict.pass_threshold) == (0.10, 0.20)
+    assert verdict.outcome is Outcome.PASS
+    assert verdict.rule.startswith("within the 20.0% pass margin: +10.0% against the baseline")
+    assert at_fail_margin.decision is Decision.PROMOTE
+    # …but a candidate exactly at that pass margin does not pass (it is shown worse than 10%).
+    at_pass_margin = judge(baseline, scaled(1.20), wider, final=True).verdict("ttft_p50")
+    assert at_pass_margin.pass_bound > 0.20
+    assert at_pass_margin.outcome is Outcome.FAIL
+
+
+def test_drift_shared_by_a_replicas_requests_does_not_roll_back_a_healthy_candidate() -> None:
+    # The same model in both arms, on two replicas each, whose latency drifts together for
+    # seconds at a time (sd 25%). In this draw the candidate's replicas happened to run slow.
+    rng = np.random.default_rng(9)
+    baseline = make_arm(rng, 12_000, name="b", replicas=2, per_s=100, drift=0.25)
+    candidate = make_arm(rng, 12_000, name="c", replicas=2, per_s=100, drift=0.25)
+    report = judge(baseline, candidate, final=False)
+    assert report.verdict("ttft_p50").difference > 0.15
+    assert report.decision is Decision.CONTINUE
+
+    # Read as independent requests (each on a replica of its own), the same samples would
+    # roll the candidate back: 24,000 requests are really 48 clusters' worth of evidence.
+    def alone(arm: ArmSamples) -> ArmSamples:
+        return replace(arm, replica=np.array([f"own-{i}" for i in range(len(arm))]))
+
+    as_independent = judge(alone(baseline), alone(candidate), final=False)
+    assert as_independent.decision is Decision.ROLLBACK
+    assert as_independent.verdict("ttft_p50").outcome is Outcome.FAIL
+
+
+def test_each_metric_is_judged_at_its_weighted_share_of_the_judges_alpha(
+    rng: np.random.Generator,
+) -> None:
+    report = judge(make_arm(rng, 6000, tools=0.5), make_arm(rng, 6000, tools=0.5), final=False)
+    for metric in DEFAULT_POLICY.metrics:
+        if metric.name != "feedback_positive_rate":  # no feedback: not judged
+            assert report.verdict(metric.name).alpha == DEFAULT_POLICY.alpha_of(metric)
+    assert report.alpha_per_metric == DEFAULT_POLICY.judge_alpha
+    # Alpha follows the weights: a p95 weighs more than a p99, whose evidence is dearer.
+    p95, p99 = default_metric("ttft_p95"), default_metric("ttft_p99")
+    assert p95.weight > p99.weight
+    ratio = report.verdict("ttft_p95").alpha / report.verdict("ttft_p99").alpha
+    assert ratio == pytest.approx(p95.weight / p99.weight)
+    # A larger share of alpha is a narrower interval on the same samples.
+    p50 = replace(DEFAULT_POLICY.metrics[0], weight=1.0)
+    alone_policy = Policy(metrics=(p50,))
+    shared_policy = Policy(metrics=(p50, replace(p50, name="other", weight=9.0)))
+    baseline, candidate = make_arm(rng, 3000), make_arm(rng, 3000)
+    alone_interval = judge(baseline, candidate, alone_policy, final=False).verdict("ttft_p50")
+    shared_interval = judge(baseline, candidate, shared_policy, final=False).verdict("ttft_p50")
+    assert shared_interval.alpha == pytest.approx(alone_interval.alpha / 10)
+    assert shared_interval.interval[0] < alone_interval.interval[0]
+    assert shared_interval.interval[1] > alone_interval.interval[1]
 
 
 def test_lower_tool_success_fails_in_the_higher_is_better_direction(
@@ -68,36 +218,34 @@ def test_lower_tool_success_fails_in_the_higher_is_better_direction(
 ) -> None:
     baseline = make_arm(rng, 20_000, tools=1.0, tool_invalid=0.05)
     candidate = make_arm(rng, 5000, tools=1.0, tool_invalid=0.15)
-    verdict = judge(baseline, candidate, final=False, steps=3).verdict("tool_success_rate")
+    verdict = judge(baseline, candidate, final=False).verdict("tool_success_rate")
     assert verdict.outcome is Outcome.FAIL
     assert verdict.difference == pytest.approx(-0.10, abs=0.02)
-    assert verdict.threshold == -0.03
+    assert verdict.threshold == -default_metric("tool_success_rate").margin
 
 
 def test_too_few_samples_is_inconclusive_never_pass_or_fail(rng: np.random.Generator) -> None:
     baseline, candidate = make_arm(rng, 5000), make_arm(rng, 50, ttft_factor=3.0)
-    report = judge(baseline, candidate, final=True, steps=3)
+    report = judge(baseline, candidate, final=True)
     verdict = report.verdict("ttft_p50")
     assert verdict.outcome is Outcome.INCONCLUSIVE
     assert "too few samples: 200 per arm needed" in verdict.rule
     assert 0 < verdict.n_candidate <= 50
     assert report.decision is Decision.CONTINUE
-    assert judge(baseline, candidate, final=True, steps=3, last_step=True).decision is (
-        Decision.HOLD
-    )
+    assert judge(baseline, candidate, final=True, last_step=True).decision is (Decision.HOLD)
 
 
 def test_empty_arms_are_no_data_and_hold_at_the_end() -> None:
-    report = judge(ArmSamples.empty(), ArmSamples.empty(), final=True, steps=3)
+    report = judge(ArmSamples.empty(), ArmSamples.empty(), final=True)
     assert {v.outcome for v in report.verdicts} == {Outcome.INCONCLUSIVE}
     assert report.decision is Decision.HOLD
     assert report.reason.startswith("no data")
-    interim = judge(ArmSamples.empty(), ArmSamples.empty(), final=False, steps=3)
+    interim = judge(ArmSamples.empty(), ArmSamples.empty(), final=False)
     assert interim.decision is Decision.CONTINUE
 
 
 def test_an_arm_without_data_is_named(rng: np.random.Generator) -> None:
-    verdict = judge(make_arm(rng, 500), ArmSamples.empty(), final=True, steps=3).verdict("ttft_p50")
+    verdict = judge(make_arm(rng, 500), ArmSamples.empty(), final=True).verdict("ttft_p50")
     assert verdict.outcome is Outcome.INCONCLUSIVE
     assert verdict.rule == "no data in the candidate"
 
@@ -114,71 +262,84 @@ def test_nan_timings_drop_out_of_latency_but_count_as_requests(
         ttft_ms=np.where(no_token, np.nan, candidate.ttft_ms),
         tpot_ms=np.where(no_token, np.nan, candidate.tpot_ms),
     )
-    report = judge(baseline, candidate, final=True, steps=3)
+    report = judge(baseline, candidate, final=True)
     assert report.verdict("ttft_p50").n_candidate == 3000
     assert report.verdict("ttft_p50").outcome is Outcome.PASS
     assert report.verdict("output_tokens_mean").n_candidate == 4000
 
 
-def test_refusals_and_clients_that_left_stay_out_of_latency_and_errors(
+def test_clients_that_left_stay_out_of_latency_and_errors_and_count_as_aborts(
     rng: np.random.Generator,
 ) -> None:
     baseline, served = make_arm(rng, 4000), make_arm(rng, 4000)
-    n = 3000
-    # Refused requests and clients that left, with absurd timings that would fail TTFT and
-    # e2e, and 5xx statuses that would fail the error rate, if they were counted there.
-    noise = make_arm(
+    n = 1500
+    # Clients that left, with absurd timings that would fail TTFT and 5xx statuses that would
+    # fail the error rate, if they were counted there.
+    left = make_arm(
         rng,
         n,
         ttft_factor=50,
-        status=np.where(np.arange(n) < n // 2, 429, 499),
-        finish=np.where(np.arange(n) < n // 2, "rejected", "abort"),
+        per_s=n / 80,  # spread over the served requests' 80 s
+        status=np.where(np.arange(n) < n // 2, 499, 502),
+        finish=np.full(n, "abort"),
     )
-    candidate = ArmSamples.concat(served, noise)
-    report = judge(baseline, candidate, final=False, steps=3)
+    report = judge(baseline, ArmSamples.concat(served, left), final=False)
     assert report.verdict("ttft_p95").outcome is not Outcome.FAIL
     assert report.verdict("ttft_p95").n_candidate == 4000
+    # A 502 the client had already left is an abort, not the model's error.
     assert report.verdict("error_rate").n_candidate == 4000
     assert report.verdict("error_rate").outcome is not Outcome.FAIL
-    # …and they are counted in their own rates, which do fail.
-    assert report.verdict("rejection_rate").outcome is Outcome.FAIL
-    assert report.verdict("timeout_abort_rate").n_candidate == 4000 + n // 2
+    # …and they are counted in their own rate, which does fail.
+    assert report.verdict("timeout_abort_rate").n_candidate == 4000 + n
     assert report.verdict("timeout_abort_rate").outcome is Outcome.FAIL
 
 
-def test_concurrency_strata_remove_a_pure_load_effect(rng: np.random.Generator) -> None:
-    # The same model: latency grows 10% per request in flight. The candidate runs busier
-    # (2 to 9 in flight) than the baseline (0 to 6): unadjusted it looks 25% slower.
-    baseline = make_arm(rng, 20_000, concurrency=rng.integers(0, 7, 20_000), load_slowdown=0.1)
-    candidate = make_arm(rng, 8000, concurrency=rng.integers(2, 10, 8000), load_slowdown=0.1)
-    adjusted = judge(baseline, candidate, final=False, steps=3)
-    assert adjusted.decision is Decision.CONTINUE
-    assert abs(adjusted.verdict("tpot_p50").difference) < 0.03
-    unadjusted_policy = Policy(
-        metrics=tuple(replace(m, load_sensitive=False) for m in DEFAULT_POLICY.metrics)
+def test_refused_requests_count_for_no_metric(rng: np.random.Generator) -> None:
+    baseline, candidate = make_arm(rng, 4000, tools=0.5), make_arm(rng, 4000, tools=0.5)
+    n = 8000
+    # The gateway refused twice as many as it served (a tenant over budget), only in the
+    # candidate's arm, and they carry values that would move every metric they counted in.
+    refused = make_arm(
+        rng,
+        n,
+        ttft_factor=50,
+        tpot_factor=50,
+        output_median=1000,
+        start=float(candidate.ts[10]),  # within the candidate's time span
+        per_s=1000,
+        status=np.where(np.arange(n) % 2 == 0, 429, 503),  # over budget; shed
+        finish=np.full(n, "rejected"),
+        tool=np.full(n, "invalid_json"),
+        replica=np.full(n, ""),  # no replica served them
     )
-    unadjusted = judge(baseline, candidate, unadjusted_policy, final=False, steps=3)
-    assert unadjusted.decision is Decision.ROLLBACK
-    assert unadjusted.verdict("tpot_p50").outcome is Outcome.FAIL
+    report = judge(baseline, candidate, final=True)
+    with_refusals = judge(baseline, ArmSamples.concat(candidate, refused), final=True)
+    assert with_refusals.decision is report.decision
+    for verdict, again in zip(report.verdicts, with_refusals.verdicts, strict=True):
+        assert_same(verdict, again)
+    assert report.verdict("error_rate").n_candidate == 4000
+    assert report.verdict("timeout_abort_rate").n_candidate == 4000
+    assert "rejection_rate" not in {v.metric for v in report.verdicts}
 
 
-def test_arms_at_loads_too_far_apart_need_a_control_arm(rng: np.random.Generator) -> None:
-    # A 5% canary on its own replicas: 0-1 in flight against the baseline's 20-30. No stratum
-    # holds both, so latency cannot be compared to the baseline at all…
-    baseline = make_arm(rng, 20_000, concurrency=rng.integers(20, 31, 20_000), load_slowdown=0.1)
-    candidate = make_arm(
-        rng, 1000, ttft_factor=1.5, concurrency=rng.integers(0, 2, 1000), load_slowdown=0.1
-    )
-    alone = judge(baseline, candidate, final=True, steps=3)
-    verdict = alone.verdict("ttft_p95")
-    assert verdict.outcome is Outcome.INCONCLUSIVE
-    assert "different loads" in verdict.rule
-    # …while a control arm (the baseline's model at the canary's weight) compares like for like
-    # and catches the 50% slower TTFT that the lighter load hid.
-    control = make_arm(rng, 1000, concurrency=rng.integers(0, 2, 1000), load_slowdown=0.1)
-    with_control = judge(baseline, candidate, final=False, steps=3, control=control)
+def test_a_control_arm_compares_latency_under_the_candidates_load(
+    rng: np.random.Generator,
+) -> None:
+    # The busy baseline runs twice as slow as the lightly loaded arms; the candidate, a model
+    # twice as slow on a light load, matches it: against the baseline it looks no worse…
+    baseline = make_arm(rng, 20_000, name="baseline", ttft_factor=2.0)
+    candidate = make_arm(rng, 1000, name="candidate", ttft_factor=2.0)
+    alone = judge(baseline, candidate, final=False)
+    assert alone.verdict("ttft_p95").outcome is not Outcome.FAIL
+    assert alone.verdict("ttft_p95").reference == "baseline"
+    # …while a control arm (the baseline's model at the candidate's weight) compares latency
+    # like for like and catches it; other metrics pool the baseline with the control.
+    control = make_arm(rng, 1000, name="control")
+    with_control = judge(baseline, candidate, final=False, control=control)
+    assert with_control.decision is Decision.ROLLBACK
     assert with_control.verdict("ttft_p95").outcome is Outcome.FAIL
     assert with_control.verdict("ttft_p95").reference == "control"
+    assert with_control.verdict("ttft_p95").n_baseline == 1000
     assert with_control.verdict("error_rate").reference == "baseline+control"
     assert with_control.verdict("error_rate").n_baseline == 21_000
 
@@ -189,25 +350,24 @@ def test_heavy_tails_without_a_difference_do_not_fail(rng: np.random.Generator) 
         tail = (rng.pareto(1.5, 10_000) + 1) * 10
         return replace(arm, ttft_ms=tail, e2e_ms=tail * 20)
 
-    report = judge(pareto_arm(), pareto_arm(), final=False, steps=3)
+    report = judge(pareto_arm(), pareto_arm(), final=False)
     assert report.decision is Decision.CONTINUE
 
 
 def test_interim_looks_never_promote(rng: np.random.Generator) -> None:
-    report = judge(make_arm(rng, 20_000), make_arm(rng, 20_000), final=False, steps=3)
+    report = judge(make_arm(rng, 20_000), make_arm(rng, 20_000), final=False)
+    # A pass counts at the end of a step only.
+    assert report.verdict("ttft_p50").outcome is Outcome.PASS
     assert report.decision is Decision.CONTINUE
-    assert "provisional" in report.verdict("ttft_p50").rule
+    assert report.reason == "interim look: no metric is worse beyond doubt"
 
 
 def test_report_round_trips_through_strict_json(rng: np.random.Generator) -> None:
-    report = judge(make_arm(rng, 3000), make_arm(rng, 100), final=True, steps=3)
+    report = judge(make_arm(rng, 3000), make_arm(rng, 300), final=True)
     text = json.dumps(report.to_dict(), allow_nan=False)
     again = Report.from_dict(json.loads(text))
     assert again.decision is report.decision
     assert again.to_dict() == report.to_dict()
     assert again.verdict("ttft_p50").outcome is report.verdict("ttft_p50").outcome
-
-
-def test_steps_must_be_counted(rng: np.random.Generator) -> None:
-    with pytest.raises(ValueError, match="steps must be at least 1"):
-        judge(make_arm(rng, 10), make_arm(rng, 10), final=False, steps=0)
+    assert again.verdict("ttft_p50").pass_threshold == 0.10
+    assert again.verdict("ttft_p50").alpha == DEFAULT_POLICY.alpha_of(DEFAULT_POLICY.metrics[0])

@@ -1,6 +1,8 @@
-"""Policies refuse what cannot be judged, saying what to fix."""
+"""Policies refuse what cannot be judged, saying what to fix, and share out the error budget."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +14,8 @@ LOWER = Direction.LOWER_IS_BETTER
 def test_a_metric_must_measure_something_its_kind_can_measure() -> None:
     with pytest.raises(ValueError, match="a rate metric measures one of"):
         MetricPolicy("x", Kind.RATE, "ttft_ms", LOWER, 0.1)
+    with pytest.raises(ValueError, match="is not a valid Kind"):
+        MetricPolicy("x", "shift", "output_tokens", LOWER, 0.1)  # type: ignore[arg-type]
 
 
 def test_quantile_metrics_need_a_quantile_and_others_must_not_have_one() -> None:
@@ -23,11 +27,20 @@ def test_quantile_metrics_need_a_quantile_and_others_must_not_have_one() -> None
         MetricPolicy("x", Kind.QUANTILE, "ttft_ms", LOWER, 0.1, quantile=1.0)
 
 
-def test_margins_and_sample_floors_must_be_positive() -> None:
+def test_margins_weights_and_sample_floors_must_be_positive() -> None:
     with pytest.raises(ValueError, match="margin must be positive"):
         MetricPolicy("x", Kind.MEAN, "cost", LOWER, 0.0)
     with pytest.raises(ValueError, match="min_samples must be at least 1"):
         MetricPolicy("x", Kind.MEAN, "cost", LOWER, 0.1, min_samples=0)
+    with pytest.raises(ValueError, match="weight must be positive"):
+        MetricPolicy("x", Kind.MEAN, "cost", LOWER, 0.1, weight=0)
+
+
+def test_a_pass_margin_is_no_narrower_than_the_fail_margin() -> None:
+    with pytest.raises(ValueError, match="pass_margin must be at least the margin"):
+        MetricPolicy("x", Kind.MEAN, "cost", LOWER, 0.1, pass_margin=0.05)
+    assert MetricPolicy("x", Kind.MEAN, "cost", LOWER, 0.1).passes_below == 0.1
+    assert MetricPolicy("x", Kind.MEAN, "cost", LOWER, 0.1, pass_margin=0.2).passes_below == 0.2
 
 
 def test_a_policy_needs_unique_metrics_and_sensible_alphas() -> None:
@@ -38,11 +51,44 @@ def test_a_policy_needs_unique_metrics_and_sensible_alphas() -> None:
         Policy(metrics=())
     with pytest.raises(ValueError, match="alpha and pass_alpha must be in"):
         Policy(metrics=(metric,), alpha=0)
+    for share in (0.0, 1.0):
+        with pytest.raises(ValueError, match=r"guardrail_share must be in \(0, 1\)"):
+            Policy(metrics=(metric,), guardrail_share=share)
 
 
-def test_alpha_is_shared_over_steps_and_metrics() -> None:
-    metrics = len(DEFAULT_POLICY.metrics)
-    assert DEFAULT_POLICY.alpha_per_metric(3) == pytest.approx(0.01 / 3 / metrics)
+def test_the_rollouts_alpha_is_split_between_guardrails_and_the_judges_metrics_by_weight() -> None:
+    policy = DEFAULT_POLICY
+    assert policy.guardrail_alpha == pytest.approx(0.01 * 0.2)
+    assert policy.judge_alpha == pytest.approx(0.01 * 0.8)
+    assert sum(policy.alpha_of(m) for m in policy.metrics) == pytest.approx(policy.judge_alpha)
+    total = sum(m.weight for m in policy.metrics)
+    for metric in policy.metrics:
+        assert policy.alpha_of(metric) == pytest.approx(policy.judge_alpha * metric.weight / total)
+    alpha = {m.name: policy.alpha_of(m) for m in policy.metrics}
+    assert alpha["ttft_p95"] > alpha["ttft_p50"] > alpha["ttft_p99"]
+    # The split is relative: doubling every weight changes nothing.
+    doubled = Policy(metrics=tuple(replace(m, weight=2 * m.weight) for m in policy.metrics))
+    assert all(
+        doubled.alpha_of(d) == pytest.approx(policy.alpha_of(m))
+        for d, m in zip(doubled.metrics, policy.metrics, strict=True)
+    )
+
+
+def test_the_default_metrics_ask_one_question_each() -> None:
+    assert [m.name for m in DEFAULT_POLICY.metrics] == [
+        "ttft_p50",
+        "ttft_p95",
+        "ttft_p99",
+        "tpot_p50",
+        "tpot_p95",
+        "output_tokens_mean",
+        "cost_per_mtok",
+        "error_rate",
+        "timeout_abort_rate",
+        "truncation_rate",
+        "tool_success_rate",
+        "feedback_positive_rate",
+    ]
 
 
 def test_tail_quantiles_wait_for_enough_samples_beyond_them() -> None:

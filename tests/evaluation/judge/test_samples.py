@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from typing import Any
 
@@ -21,15 +22,20 @@ def row(**overrides: Any) -> dict[str, Any]:
         "prompt_tokens": 100,
         "output_tokens": 140,
         "tool": "",
-        "concurrency": 3,
         "cost": 0.0001,
+        "ts": 1_700_000_000.5,
+        "replica": "r0",
+        "step": 0,
     }
     return base | overrides
 
 
 def test_from_rows_turns_missing_timings_into_nan_and_missing_text_into_empty() -> None:
     arm = ArmSamples.from_rows(
-        [row(), row(status=500, finish=None, ttft_ms=None, tpot_ms=None, tool=None)],
+        [
+            row(),
+            row(status=500, finish=None, ttft_ms=None, tpot_ms=None, tool=None, replica=None),
+        ],
         feedback_positive=3,
     )
     assert len(arm) == 2
@@ -37,15 +43,26 @@ def test_from_rows_turns_missing_timings_into_nan_and_missing_text_into_empty() 
     assert math.isnan(arm.tpot_ms[1])
     assert arm.finish.tolist() == ["stop", ""]
     assert arm.tool.tolist() == ["", ""]
+    assert arm.replica.tolist() == ["r0", ""]
     assert arm.status.dtype == np.int64
     assert arm.feedback_positive == 3
 
 
+def test_from_rows_reads_arrival_times_as_unix_seconds() -> None:
+    arrived = dt.datetime(2026, 1, 2, 3, 4, 5, 250_000, tzinfo=dt.UTC)
+    arm = ArmSamples.from_rows([row(ts=arrived, step=2), row()])
+    assert arm.ts.dtype == np.float64
+    assert arm.ts.tolist() == [arrived.timestamp(), 1_700_000_000.5]
+    assert arm.step.tolist() == [2, 0]
+
+
 def test_from_rows_names_the_missing_field() -> None:
     broken = row()
-    del broken["concurrency"]
-    with pytest.raises(ValueError, match="row 1 has no 'concurrency'"):
+    del broken["replica"]
+    with pytest.raises(ValueError, match="row 1 has no 'replica'"):
         ArmSamples.from_rows([row(), broken])
+    with pytest.raises(ValueError, match="row 0: step may not be None"):
+        ArmSamples.from_rows([row(step=None)])
 
 
 def test_unknown_finish_reason_is_refused_with_the_value() -> None:
