@@ -11,6 +11,7 @@ the step, or when the last one kept is older than `KEEP_EVERY_S`.
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from evaluation.judge import (
     DEFAULT_POLICY,
     ArmSamples,
     Decision,
+    MetricVerdict,
     Outcome,
     Policy,
     Report,
@@ -53,14 +55,25 @@ class Look:
 
 
 def waiting_for_samples(report: Report, policy: Policy = DEFAULT_POLICY) -> list[str]:
-    """The blocking metrics left unresolved only for want of samples: more time settles them,
-    so they are no reason to call a person yet."""
+    """The blocking metrics that more samples are likely to settle: too few so far, or an
+    estimate inside the pass margin whose bound has yet to come under it. Time settles them (the
+    bounds are valid at every look, so waiting costs no error), so they are no reason to call a
+    person yet."""
     blocking = {m.name for m in policy.metrics if m.blocking}
     return [
         v.metric
         for v in report.verdicts
-        if v.outcome is Outcome.INCONCLUSIVE and v.metric in blocking and v.rule.startswith(TOO_FEW)
+        if v.outcome is Outcome.INCONCLUSIVE
+        and v.metric in blocking
+        and (v.rule.startswith(TOO_FEW) or _leans_to_pass(v))
     ]
+
+
+def _leans_to_pass(verdict: MetricVerdict) -> bool:
+    margin = verdict.pass_threshold  # signed in the worse direction
+    if not math.isfinite(margin) or not math.isfinite(verdict.difference) or margin == 0:
+        return False
+    return verdict.difference * math.copysign(1.0, margin) < abs(margin)
 
 
 def judged_steps(rollout: Rollout) -> list[int]:

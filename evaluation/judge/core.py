@@ -121,7 +121,10 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
             estimate,
             alpha=alpha,
         )
-    fail_bound = mixture_bound(estimate.se, alpha=alpha, scale=fail_margin)
+    # Both mixtures spread over changes the size of the pass margin: that is where decisions are
+    # made (a spread the size of a tight fail margin, a tenth of a point, would make the bound
+    # several times wider at the sample sizes where a margin-sized change shows).
+    fail_bound = mixture_bound(estimate.se, alpha=alpha, scale=pass_margin)
     pass_bound = mixture_bound(estimate.se, alpha=policy.pass_alpha, scale=pass_margin)
     harm = sign * estimate.theta
     at_least, at_most = harm - fail_bound, harm + pass_bound

@@ -198,21 +198,22 @@ class Policy:
 # Refusals by the gateway (budgets, shedding) are the tenants' policy, not the model's doing, and
 # are no metric at all. Weights put the alpha where a regression hurts and evidence is dear.
 # Fail margins are the smallest regression worth a rollback, pass margins the largest a step may
-# pass with: the median's 10% both (a 5% slower median is no reason to roll back); the tails'
-# 5% and 10% (a tail 20% worse must be caught within two steps, from a few thousand requests);
-# errors and timeouts a quarter point and a point.
+# pass with: 6% and 10% for the medians (a 5% slower median is no reason to roll back), 5% and
+# 10% for the tails (a tail 20% worse must be caught within two steps, from a few thousand
+# requests); for errors, timeouts and broken tool calls any increase shown beyond a tenth or
+# half a point fails, and a step passes them within a point (tools: three).
 DEFAULT_METRICS: tuple[MetricPolicy, ...] = (
-    _latency("ttft_ms", 0.50, 0.10),
+    _latency("ttft_ms", 0.50, 0.06, pass_margin=0.10),
     _latency("ttft_ms", 0.95, 0.05, pass_margin=0.10, weight=2.0),
     _latency("ttft_ms", 0.99, 0.15, blocking=False, weight=0.5),
-    _latency("tpot_ms", 0.50, 0.10),
+    _latency("tpot_ms", 0.50, 0.06, pass_margin=0.10),
     _latency("tpot_ms", 0.95, 0.05, pass_margin=0.10),
     MetricPolicy("output_tokens_mean", Kind.MEAN, "output_tokens", LOWER, 0.10),
     MetricPolicy("cost_per_mtok", Kind.RATIO, "cost_per_mtok", LOWER, 0.10, weight=0.5),
-    _rate("error", 0.0025, pass_margin=0.01, weight=1.5),
-    _rate("timeout_abort", 0.0025, pass_margin=0.01),
-    _rate("truncation", 0.01, pass_margin=0.02, weight=0.5),
-    _rate("tool_success", 0.015, pass_margin=0.03, higher_is_better=True, weight=1.5),
+    _rate("error", 0.001, pass_margin=0.01, weight=1.5),
+    _rate("timeout_abort", 0.001, pass_margin=0.01),
+    _rate("truncation", 0.005, pass_margin=0.02, weight=0.5),
+    _rate("tool_success", 0.005, pass_margin=0.03, higher_is_better=True, weight=1.5),
     # Feedback comes from a few requests in a hundred, when an application sends it at all.
     _rate(
         "feedback_positive", 0.05, higher_is_better=True, min_samples=50, blocking=False, weight=0.5
