@@ -34,6 +34,9 @@ _FLOOR = 1e-6
 # shows up as a difference between neighbouring clusters; ten seconds holds a few hundred
 # requests of a busy arm and a handful of a 5% canary's.
 WINDOW_S = 10.0
+# A level of clustering counts from this many clusters (an arm on fewer replicas is read for
+# drift by its windows alone).
+MIN_CLUSTERS = 4
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,9 @@ def variance_of_mean(contributions: Floats, clusters: Ints) -> float:
         ids = levels[:, level]
         sums = np.bincount(ids, weights=contributions)
         groups = int(np.count_nonzero(np.bincount(ids)))
-        if groups >= 2:
+        # Two or three clusters give one or two degrees of freedom: an estimate that noisy, and
+        # doubled by the correction, says more about chance than about how replicas differ.
+        if groups >= MIN_CLUSTERS:
             clustered = float(np.dot(sums, sums)) / (n * n) * groups / (groups - 1)
             variance = max(variance, clustered)
     return variance

@@ -204,7 +204,10 @@ class Policy:
 # half a point fails, and a step passes them within a point (tools: three).
 DEFAULT_METRICS: tuple[MetricPolicy, ...] = (
     _latency("ttft_ms", 0.50, 0.06, pass_margin=0.10),
-    _latency("ttft_ms", 0.95, 0.05, pass_margin=0.10, weight=2.0),
+    # TTFT's tail rolls back beyond 5% but does not hold a step: with stalls in it, showing it
+    # within 10% at every look takes many thousands of requests an arm (measured: an equal
+    # candidate held at 50% on 8,000), and its silence must not stop a healthy candidate.
+    _latency("ttft_ms", 0.95, 0.05, pass_margin=0.10, blocking=False, weight=2.0),
     _latency("ttft_ms", 0.99, 0.15, blocking=False, weight=0.5),
     _latency("tpot_ms", 0.50, 0.06, pass_margin=0.10),
     _latency("tpot_ms", 0.95, 0.05, pass_margin=0.10),

@@ -27,15 +27,15 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 SLOW_PLAN = Plan(
     steps=tuple(Step(weight=w, min_bake_s=600, min_samples=1000) for w in (5, 25, 50, 100))
 )
-# Short bakes, but the last step the A/B judge compares (50%) holds the samples it needs to
-# settle an equal candidate: TTFT p95 "no more than 10% worse" with 95% confidence takes about
-# 3,000 requests per arm on simfleet (2.5 minutes at 20 requests/s each). With fewer, the judge
-# rightly cannot tell "no worse" from "unresolved" and asks a person.
+# Short bakes, but the last step the A/B judge compares (50%) runs long enough for the judge
+# to settle an equal candidate: TTFT p95 "no more than 10% worse", shown with a bound valid at
+# every look, takes some thousands of requests an arm on simfleet. After its bake the step waits
+# (up to 300 s more) while an estimate inside the pass margin settles, then asks a person.
 QUICK_PLAN = Plan(
     steps=(
         Step(weight=5, min_bake_s=3, min_samples=10),
         Step(weight=25, min_bake_s=3, min_samples=10),
-        Step(weight=50, min_bake_s=3, min_samples=3000),
+        Step(weight=50, min_bake_s=120, min_samples=3000),
         Step(weight=100, min_bake_s=3, min_samples=10),
     )
 )
@@ -118,16 +118,25 @@ def test_a_candidate_with_3x_the_ttft_is_rolled_back_within_60_s(
         traffic.stop()
 
 
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(780)
 def test_an_equal_candidate_is_promoted_through_every_step_even_if_the_worker_dies(
     tmp_path: Path, launchers: tuple[FleetLauncher, GatewayLauncher], stacks: list[Stack]
 ) -> None:
     # Equal in capacity too: on one replica against the baseline's two, the candidate would be
-    # twice as loaded at 50% and its TTFT tail measurably (if slightly) worse.
+    # twice as loaded at 50% and its TTFT tail measurably (if slightly) worse. Meanwhile another
+    # tenant, sending no `user`, bursts into its budget throughout. Seen on the demo before: its
+    # requests all sat on one arm, its refusals became that arm's "rejection rate", and an equal
+    # candidate was rolled back.
     stack = build_stack(tmp_path, *launchers, candidate_replicas=2)
     stacks.append(stack)
+    bursting = tenant_create(actor=None, slug="bursty", name="Bursty")
+    budget_set(actor=None, tenant=bursting, requests_per_minute=120)
+    _, burst_key = api_key_create(actor=None, tenant=bursting, name="burst")
+    wait_for_version(stack.gateway, publish_snapshot() or 0)
     traffic = stack.traffic()
+    burst = Traffic(url=stack.gateway.url, key=burst_key, rate=10, with_user=False)
     traffic.start()
+    burst.start()
     try:
         rollout, started = start(stack, QUICK_PLAN, SloGates(ttft_p95_ms=2000, tpot_p95_ms=500))
         deadline = time.monotonic() + 60
@@ -137,14 +146,15 @@ def test_an_equal_candidate_is_promoted_through_every_step_even_if_the_worker_di
         stack.worker.kill9()  # mid-loop: leases and unacknowledged samples are left behind
         time.sleep(3)
         stack.worker.start()
-        promoted = wait_for_state(rollout.pk, {S.PROMOTED, S.ROLLED_BACK, S.PAUSED}, seconds=330)
+        promoted = wait_for_state(rollout.pk, {S.PROMOTED, S.ROLLED_BACK, S.PAUSED}, seconds=600)
         record_timing(
-            "promotion through 4 steps (3 s bakes, 3,000 judged samples at 50%), worker killed",
+            "promotion through 4 steps (3 s bakes, 120 s and 3,000 samples at 50%), worker killed",
             time.monotonic() - started,
         )
         last = promoted.events.last()
         assert promoted.state == S.PROMOTED, last.reason if last else promoted.state
     finally:
+        burst.stop()
         traffic.stop()
     transitions = list(
         RolloutEvent.objects.filter(rollout=rollout).values_list("to_state", "step_index")
@@ -161,32 +171,6 @@ def test_an_equal_candidate_is_promoted_through_every_step_even_if_the_worker_di
     stack.route.refresh_from_db()
     assert (stack.route.baseline_id, stack.route.canary_id) == (stack.candidate.pk, None)
     assert 0 not in traffic.statuses
-
-
-@pytest.mark.timeout(480)
-def test_an_equal_candidate_is_promoted_while_a_tenant_without_user_bursts_into_its_budget(
-    tmp_path: Path, launchers: tuple[FleetLauncher, GatewayLauncher], stacks: list[Stack]
-) -> None:
-    # Seen on the demo before: a tenant's requests without `user` all sat on one arm, its budget
-    # refusals became that arm's "rejection rate", and an equal candidate was rolled back.
-    stack = build_stack(tmp_path, *launchers, candidate_replicas=2)
-    stacks.append(stack)
-    bursting = tenant_create(actor=None, slug="bursty", name="Bursty")
-    budget_set(actor=None, tenant=bursting, requests_per_minute=120)
-    _, burst_key = api_key_create(actor=None, tenant=bursting, name="burst")
-    wait_for_version(stack.gateway, publish_snapshot() or 0)
-    traffic = stack.traffic()
-    burst = Traffic(url=stack.gateway.url, key=burst_key, rate=10, with_user=False)
-    traffic.start()
-    burst.start()
-    try:
-        rollout, _ = start(stack, QUICK_PLAN, SloGates(ttft_p95_ms=2000, tpot_p95_ms=500))
-        ended = wait_for_state(rollout.pk, {S.PROMOTED, S.ROLLED_BACK, S.PAUSED}, seconds=400)
-        last = ended.events.last()
-        assert ended.state == S.PROMOTED, last.reason if last else ended.state
-    finally:
-        burst.stop()
-        traffic.stop()
     assert burst.statuses.count(429) > 100  # it burst into its budget throughout
     refused = RequestSample.objects.filter(rollout_id=rollout.pk, finish="rejected")
     # Its conversations spread over both arms, refusals included, and none of them was judged.
