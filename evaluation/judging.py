@@ -26,11 +26,11 @@ from evaluation.judge import (
     Report,
     judge,
 )
+from evaluation.judge.core import TOO_FEW_SAMPLES
 from evaluation.models import Verdict
 from rollouts.models import Rollout
 
 KEEP_EVERY_S = 60
-TOO_FEW = "too few samples"
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,6 @@ class Look:
         look = "final" if self.final else "interim"
         return f"{self.decision} ({look} look at step {self.step + 1}): {self.report.reason}"
 
-    def waiting_for_samples(self, policy: Policy = DEFAULT_POLICY) -> list[str]:
-        return waiting_for_samples(self.report, policy)
-
 
 def waiting_for_samples(report: Report, policy: Policy = DEFAULT_POLICY) -> list[str]:
     """The blocking metrics that more samples are likely to settle: too few so far, or an
@@ -65,7 +62,7 @@ def waiting_for_samples(report: Report, policy: Policy = DEFAULT_POLICY) -> list
         for v in report.verdicts
         if v.outcome is Outcome.INCONCLUSIVE
         and v.metric in blocking
-        and (v.rule.startswith(TOO_FEW) or _leans_to_pass(v))
+        and (v.rule.startswith(TOO_FEW_SAMPLES) or _leans_to_pass(v))
     ]
 
 

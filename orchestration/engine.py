@@ -31,7 +31,7 @@ from evaluation.judge.guardrails import GuardrailTest, share_above_limit
 from evaluation.step_stats import arm_stats_of
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout
-from rollouts.plans import Plan, SloGates
+from rollouts.plans import ArmStats, Plan, SloGates
 from rollouts.services.rollouts import rollout_preflight, rollout_transition
 
 # "hold" keeps the step running; "pause" stops the rollout for a person.
@@ -78,17 +78,19 @@ def decide_on(
     step = state.plan.steps[state.step_index]
     canary, baseline = step_arms["canary"], step_arms["baseline"]
     control = step_arms.get("control")
-    canary_stats = arm_stats_of(canary)
+    canary_stats, baseline_stats = arm_stats_of(canary), arm_stats_of(baseline)
+    control_stats = arm_stats_of(control) if control is not None and len(control) else None
     evidence: dict[str, object] = {
         "step": state.step_index,
         "weight": step.weight,
         "baked_s": round(state.baked_s, 1),
         "canary": asdict(canary_stats),
-        "baseline": asdict(arm_stats_of(baseline)),
+        "baseline": asdict(baseline_stats),
     }
-    if control is not None and len(control):
-        evidence["control"] = asdict(arm_stats_of(control))
-    tests = guardrail_tests(canary, state.gates, alpha=_guardrail_alpha(state.plan, policy))
+    if control_stats is not None:
+        evidence["control"] = asdict(control_stats)
+    alpha = _guardrail_alpha(state.plan, policy)
+    tests = guardrail_tests(canary, canary_stats, state.gates, alpha=alpha)
     breached = [test for test in tests if test.breached]
     if canary_stats.samples >= state.gates.min_guardrail_samples and breached:
         return Decision("rollback", breached[0].describe(), evidence, guardrails=tests)
@@ -97,9 +99,7 @@ def decide_on(
     baking = state.baked_s < step.min_bake_s or canary_stats.samples < step.min_samples
     # With a control arm the baseline's share shrinks (to nothing at 50%): the reference the
     # candidate is compared with is the baseline and its copy together.
-    reference = arm_stats_of(baseline).samples + (
-        arm_stats_of(control).samples if control is not None else 0
-    )
+    reference = baseline_stats.samples + (control_stats.samples if control_stats else 0)
     short_of_baseline = reference < baseline_needed
     report = look(not (baking or short_of_baseline)) if state.judged else None
 
@@ -146,29 +146,28 @@ def _guardrail_alpha(plan: Plan, policy: Policy) -> float:
     return policy.guardrail_alpha / len(plan.steps) / 4
 
 
-def guardrail_tests(canary: ArmSamples, gates: SloGates, *, alpha: float) -> list[GuardrailTest]:
-    """The step's candidate samples against each SLO limit. Client disconnects (499) and
-    requests the gateway refused say nothing about the model and are left out."""
-    counted = (canary.status != 499) & (canary.finish != "rejected")
-    errors = ((canary.status >= 500) & (canary.status != 504)) | (canary.finish == "error")
-    timeouts = canary.status == 504
-    trials = int(counted.sum())
+def guardrail_tests(
+    canary: ArmSamples, stats: ArmStats, gates: SloGates, *, alpha: float
+) -> list[GuardrailTest]:
+    """The step's candidate samples (and their `stats`, which leave out client disconnects and
+    requests the gateway refused: they say nothing about the model) against each SLO limit."""
     tests = [
         share_above_limit(
             "error rate",
-            events=int((counted & errors).sum()),
-            trials=trials,
+            events=stats.errors,
+            trials=stats.samples,
             limit=gates.max_error_rate,
             alpha=alpha,
         ),
         share_above_limit(
             "timeout rate",
-            events=int((counted & timeouts).sum()),
-            trials=trials,
+            events=stats.timeouts,
+            trials=stats.samples,
             limit=gates.max_timeout_rate,
             alpha=alpha,
         ),
     ]
+    counted = (canary.status != 499) & (canary.finish != "rejected")
     for name, column, gate in (
         ("TTFT", canary.ttft_ms, gates.ttft_p95_ms),
         ("TPOT", canary.tpot_ms, gates.tpot_p95_ms),

@@ -18,9 +18,6 @@ from dataclasses import dataclass
 
 from scipy.special import betaincc, betaln
 
-# The mixture over the shares above the limit: a Beta(1, b) prior truncated to (limit, 1), with b
-# set so that its untruncated mean is twice the limit (the alternatives that matter are near it).
-
 
 @dataclass(frozen=True)
 class GuardrailTest:
@@ -64,6 +61,9 @@ def share_above_limit(
     if limit == 0:
         # "None at all": a single event disproves it.
         return GuardrailTest(name, events, trials, limit, math.inf if events else 0.0, threshold)
+    # The mixture over the shares above the limit: a Beta(a, b) prior truncated to (limit, 1),
+    # with b set so that its untruncated mean is twice the limit (the alternatives that matter
+    # are near it).
     a = 1.0
     b = max((1 - 2 * limit) / (2 * limit), 1.0)
     # log of: integral over p in (limit, 1) of p^k (1-p)^(n-k) Beta(a, b)(p) dp / mass above limit,

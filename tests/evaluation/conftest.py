@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from rollouts.models import Deployment, Fleet, Route
+from rollouts.models import Fleet, Route
 from rollouts.plans import SloGates
 from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.registry.factories import register
@@ -29,16 +29,6 @@ def route(fleet: Fleet) -> Route:
         artifact=register(version="v1"), fleet=fleet, served_model_name="chat-v1"
     )
     return RouteFactory.create(name="chat", baseline=baseline)
-
-
-@pytest.fixture
-def candidate(route: Route) -> Deployment:
-    return DeploymentFactory.create(
-        artifact=register(version="v2"),
-        fleet=route.baseline.fleet,
-        served_model_name="chat-v2",
-        state="ready",
-    )
 
 
 @pytest.fixture
