@@ -26,20 +26,21 @@ import numpy as np
 
 from evaluation.judge import signals
 from evaluation.judge.estimators import (
+    Clusters,
     Estimate,
     Floats,
-    Ints,
     RateSample,
     SortedSample,
     Summary,
-    cluster_ids,
     compare,
     counted_rate,
     mean_summary,
     rate,
     ratio_summary,
+    shared_clusters,
 )
 from evaluation.judge.policy import DEFAULT_POLICY, Direction, Kind, MetricPolicy, Policy
+from evaluation.judge.replicas import OddReplica, odd_replica, without
 from evaluation.judge.report import Decision, MetricVerdict, Outcome, Report
 from evaluation.judge.samples import ArmSamples
 from evaluation.judge.sequential import mixture_bound
@@ -86,6 +87,16 @@ def judge(
     replicas. When given, load-sensitive metrics compare the candidate with it like for like, and
     the others with the baseline and control pooled.
     """
+    odd = tuple(
+        found
+        for name, arm in (("baseline", baseline), ("control", control), ("candidate", candidate))
+        if arm is not None and (found := odd_replica(arm, name)) is not None
+    )
+    baseline, candidate = (
+        without(baseline, _odd(odd, "baseline")),
+        without(candidate, _odd(odd, "candidate")),
+    )
+    control = None if control is None else without(control, _odd(odd, "control"))
     pooled = baseline if control is None else ArmSamples.concat(baseline, control)
     load_arms = _Arms(
         control if control is not None else baseline,
@@ -94,12 +105,24 @@ def judge(
     )
     other_arms = _Arms(pooled, candidate, "baseline" if control is None else "baseline+control")
     prepared = _Prepared(policy)
+    prepared.share_clusters(baseline, control, candidate, pooled)
     verdicts = tuple(
         _verdict(metric, load_arms if metric.load_sensitive else other_arms, prepared)
         for metric in policy.metrics
     )
     decision, reason = _decide(verdicts, policy.metrics, final=final, last_step=last_step)
-    return Report(verdicts, decision, reason, final=final, alpha_per_metric=policy.judge_alpha)
+    return Report(
+        verdicts,
+        decision,
+        reason,
+        final=final,
+        alpha_per_metric=policy.judge_alpha,
+        set_aside=tuple(found.describe() for found in odd),
+    )
+
+
+def _odd(found: tuple[OddReplica, ...], arm: str) -> OddReplica | None:
+    return next((odd for odd in found if odd.arm == arm), None)
 
 
 def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVerdict:
@@ -189,13 +212,31 @@ class _Prepared:
     def served(self, arm: ArmSamples) -> signals.Mask:
         return self.masks(arm).served
 
-    def clusters(self, arm: ArmSamples) -> Ints:
-        key = ("clusters", id(arm))
-        if key not in self._cache:
-            self._cache[key] = cluster_ids(arm.replica, arm.ts)
-        return self._cache[key]  # type: ignore[return-value]
+    def share_clusters(
+        self,
+        baseline: ArmSamples,
+        control: ArmSamples | None,
+        candidate: ArmSamples,
+        pooled: ArmSamples,
+    ) -> None:
+        """Numbers the windows and replicas of the arms of this call as one, so that a window
+        (or a replica) two compared arms share is one cluster."""
+        arms = [baseline, candidate] + ([] if control is None else [control])
+        numbered = shared_clusters([(arm.replica, arm.ts) for arm in arms])
+        for arm, clusters in zip(arms, numbered, strict=True):
+            self._cache[("clusters", id(arm))] = clusters
+        if control is not None:
+            first, second = numbered[0], numbered[2]
+            self._cache[("clusters", id(pooled))] = Clusters(
+                np.concatenate([first.window, second.window]),
+                np.concatenate([first.replica, second.replica]),
+                first.windows,
+            )
 
-    def column(self, arm: ArmSamples, signal: str) -> tuple[Floats, Ints]:
+    def clusters(self, arm: ArmSamples) -> Clusters:
+        return self._cache[("clusters", id(arm))]  # type: ignore[return-value]
+
+    def column(self, arm: ArmSamples, signal: str) -> tuple[Floats, Clusters]:
         """A column's values over served requests with a finite value, and their clusters."""
         key = ("column", id(arm), signal)
         if key not in self._cache:

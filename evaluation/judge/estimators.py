@@ -1,18 +1,25 @@
 """Differences between two arms with standard errors that hold when requests are not independent.
 
-Each estimator returns the difference on the scale it is tested on (the log of a ratio for
-quantiles, means and cost ratios; points for rates) and a standard error from the estimator's
-influence function: each request's contribution to the estimate, to first order. Requests are
-not independent: latency drifts together over seconds (load, batch composition, a neighbour's
-job) and differs by replica (a slow host, a noisy neighbour, for the whole rollout). So the
-contributions are summed within clusters and the variance is read from the cluster sums (the
-cluster-robust, or sandwich, variance) at two levels: one replica over one `WINDOW_S` window
-(drift), and one replica over the whole window (a replica unlike the others, which the judge
-must take for chance, not for the model). The larger of the two is used, and never less than the
-variance under independence: correlation that happens to be negative in a sample is noise, not
-information. Nothing here
-resamples: the engine judges every live rollout every 2 s over tens of thousands of requests, and
-these cost a sort and a few sums.
+Each estimator gives, per arm, the estimate on the scale it is tested on (the log of a ratio for
+quantiles, means and cost ratios; points for rates) and each request's contribution to its error
+to first order (its influence function over n). Requests are not independent: latency moves
+together over seconds (load, a burst of traffic, batch composition) and differs by replica (a slow
+host, a noisy neighbour, for the whole rollout). So the contributions of the difference, the
+candidate's minus the reference's, are summed within clusters and the variance read from the
+cluster sums (the cluster-robust, or sandwich, variance), two ways at once (Cameron, Gelbach and
+Miller's two-way clustering):
+
+- by time window (`WINDOW_S`), across both arms: what moves every replica of every arm at once (a
+  burst, the fleet's load) moves both estimates alike and cancels in their difference, so the
+  window's sum is taken over the difference, not over each arm alone;
+- by replica, across the whole rollout: what persists on one replica (a slow host, drift slower
+  than a window) does not average away within an arm of four replicas. Replicas that serve both
+  arms (adapters on one server) cancel like windows do. Only what lies beyond the (replica,
+  window) cells, which the window level already counts, is added.
+
+The variance is never less than that under independence: a correlation that happens to be
+negative in a sample is noise, not information. Nothing here resamples: the engine judges every
+live rollout every 2 s over tens of thousands of requests, and these cost a few sums.
 
 Quantiles read their density from the order statistics (the values at ranks n*q -/+ 2
 sqrt(n*q*(1-q))), which needs no kernel and stays honest on heavy tails.
@@ -21,6 +28,7 @@ sqrt(n*q*(1-q))), which needs no kernel and stays honest on heavy tails.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,15 +36,84 @@ import numpy.typing as npt
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
 # Latencies are compared on the log scale; a recorded 0 ms would be -inf there.
 _FLOOR = 1e-6
-# Requests of one replica within this many seconds form one cluster. Drift that outlasts it
-# shows up as a difference between neighbouring clusters; ten seconds holds a few hundred
-# requests of a busy arm and a handful of a 5% canary's.
+# Requests within this many seconds share a time cluster. Drift that outlasts it shows up as a
+# difference between neighbouring windows and, where it persists, between replicas; ten seconds
+# holds a few hundred requests of a busy arm and a handful of a 5% canary's.
 WINDOW_S = 10.0
-# A level of clustering counts from this many clusters (an arm on fewer replicas is read for
-# drift by its windows alone).
+# The replica level counts from this many replicas: fewer give a variance so noisy (one or two
+# degrees of freedom, doubled by the small-sample correction) that it says more about chance than
+# about how replicas differ.
 MIN_CLUSTERS = 4
+
+
+@dataclass(frozen=True)
+class Clusters:
+    """Each request's time window and replica, as small integers shared by the arms of one
+    comparison (so that a window or a replica common to two arms is one cluster)."""
+
+    window: Ints
+    replica: Ints
+    windows: int  # how many window codes there are (cells are replica * windows + window)
+
+    def __len__(self) -> int:
+        return len(self.window)
+
+    def __getitem__(self, keep: Mask | Ints) -> Clusters:
+        return Clusters(self.window[keep], self.replica[keep], self.windows)
+
+    @property
+    def cell(self) -> Ints:
+        cells: Ints = self.replica * self.windows + self.window
+        return cells
+
+    @classmethod
+    def of(cls, replica: npt.NDArray[np.str_], ts: Floats) -> Clusters:
+        """One arm's clusters (`shared_clusters` for arms that are compared)."""
+        return shared_clusters([(replica, ts)])[0]
+
+
+def shared_clusters(arms: Sequence[tuple[npt.NDArray[np.str_], Floats]]) -> list[Clusters]:
+    """The clusters of several arms' requests (replica names, arrival times) on one numbering."""
+    if not arms:
+        return []
+    names = np.concatenate([replica for replica, _ in arms])
+    ts = np.concatenate([times for _, times in arms])
+    _, replica = np.unique(names, return_inverse=True)
+    _, window = np.unique(np.floor(ts / WINDOW_S).astype(np.int64), return_inverse=True)
+    windows = int(window.max()) + 1 if len(window) else 1
+    out, start = [], 0
+    for arm_replica, _ in arms:
+        end = start + len(arm_replica)
+        out.append(
+            Clusters(
+                window[start:end].astype(np.int64), replica[start:end].astype(np.int64), windows
+            )
+        )
+        start = end
+    return out
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One arm's estimate of a statistic, with each request's contribution to its error."""
+
+    value: float  # natural scale
+    scaled: float  # tested scale
+    n: int
+    # Each request's first-order contribution to (scaled - truth): the influence over n, centred.
+    # None when the error is known only under independence (counts without their requests).
+    contributions: Floats | None = None
+    clusters: Clusters | None = None
+    # The variance under independence (rates: the Agresti-Caffo one, honest when events are rare).
+    independent: float = math.nan
+
+    @property
+    def se(self) -> float:
+        """The standard error of this arm's estimate alone."""
+        return math.sqrt(variance_of([(self, 1.0)]))
 
 
 @dataclass(frozen=True)
@@ -49,48 +126,54 @@ class Estimate:
     n_candidate: int
 
 
-@dataclass(frozen=True)
-class Summary:
-    """One arm's estimate of a statistic, on the tested scale, with its standard error."""
-
-    value: float  # natural scale
-    scaled: float  # tested scale
-    se: float
-    n: int
-
-
-def cluster_ids(replica: npt.NDArray[np.str_], ts: Floats) -> Ints:
-    """Two small integers per request, for `variance_of_mean`: its (replica, time window)
-    cluster, and its replica."""
-    if len(ts) == 0:
-        return np.empty((0, 2), dtype=np.int64)
-    _, replica_code = np.unique(replica, return_inverse=True)
-    window = np.floor((ts - ts.min()) / WINDOW_S).astype(np.int64)
-    keys = replica_code.astype(np.int64) * (int(window.max()) + 1) + window
-    _, ids = np.unique(keys, return_inverse=True)
-    clusters: Ints = np.stack([ids, replica_code]).T.astype(np.int64)
-    return clusters
+def variance_of(terms: Sequence[tuple[Summary, float]]) -> float:
+    """The variance of sum(sign * estimate) over the terms, two-way cluster-robust (see the
+    module's docstring), and at least the variance under independence."""
+    independent = sum(summary.independent for summary, _ in terms)
+    if not all(s.contributions is not None and s.clusters is not None for s, _ in terms):
+        return independent
+    signed = np.concatenate([sign * s.contributions for s, sign in terms])  # type: ignore[operator]
+    window = np.concatenate([s.clusters.window for s, _ in terms])  # type: ignore[union-attr]
+    replica = np.concatenate([s.clusters.replica for s, _ in terms])  # type: ignore[union-attr]
+    windows = max(s.clusters.windows for s, _ in terms)  # type: ignore[union-attr]
+    if len(signed) == 0:
+        return independent
+    variance = _clustered(signed, window)
+    if _groups(replica) >= MIN_CLUSTERS:
+        persistent = _clustered(signed, replica) - _clustered(signed, replica * windows + window)
+        variance += max(persistent, 0.0)
+    return max(variance, independent)
 
 
-def variance_of_mean(contributions: Floats, clusters: Ints) -> float:
-    """The variance of mean(contributions), contributions centred: cluster-robust with the usual
-    G / (G - 1) correction at each level of `clusters` (one column a level, or one level as a
-    1-D array), the largest of them, and at least the variance under independence."""
-    n = len(contributions)
-    if n == 0:
-        return math.nan
-    variance = float(np.dot(contributions, contributions)) / (n * n)
-    levels = clusters.reshape(n, -1)
-    for level in range(levels.shape[1]):
-        ids = levels[:, level]
-        sums = np.bincount(ids, weights=contributions)
-        groups = int(np.count_nonzero(np.bincount(ids)))
-        # Two or three clusters give one or two degrees of freedom: an estimate that noisy, and
-        # doubled by the correction, says more about chance than about how replicas differ.
-        if groups >= MIN_CLUSTERS:
-            clustered = float(np.dot(sums, sums)) / (n * n) * groups / (groups - 1)
-            variance = max(variance, clustered)
-    return variance
+def _groups(ids: Ints) -> int:
+    return int(np.count_nonzero(np.bincount(ids))) if len(ids) else 0
+
+
+def _clustered(signed: Floats, ids: Ints) -> float:
+    """The sandwich variance of sum(signed) with clusters `ids`, with the G / (G - 1)
+    correction; one cluster has no spread between clusters to read (independence then)."""
+    sums = np.bincount(ids, weights=signed)
+    groups = int(np.count_nonzero(np.bincount(ids)))
+    if groups < 2:
+        return float(np.dot(signed, signed))
+    return float(np.dot(sums, sums)) * groups / (groups - 1)
+
+
+def _summary(value: float, scaled: float, contributions: Floats, clusters: Clusters) -> Summary:
+    """A summary whose floor is the variance under independence of what varies within the
+    (replica, window) cells: what the whole fleet's load moves at once is left to the windows,
+    where a comparison's arms cancel it."""
+    cells = clusters.cell
+    _, ids = np.unique(cells, return_inverse=True)
+    sizes = np.bincount(ids)
+    means = np.bincount(ids, weights=contributions) / sizes
+    within = contributions - means[ids]
+    n, replicated = len(contributions), len(contributions) - len(sizes)
+    independent = float(np.dot(contributions, contributions))
+    # Cells of one or two requests say little about the spread within them.
+    if replicated >= n / 4:
+        independent = min(independent, float(np.dot(within, within)) * n / replicated)
+    return Summary(value, scaled, len(contributions), contributions, clusters, independent)
 
 
 @dataclass(frozen=True)
@@ -100,10 +183,10 @@ class SortedSample:
 
     logs: Floats  # in the arm's order, for the contributions
     ordered: Floats
-    clusters: Ints
+    clusters: Clusters
 
     @classmethod
-    def of(cls, values: Floats, clusters: Ints) -> SortedSample:
+    def of(cls, values: Floats, clusters: Clusters) -> SortedSample:
         logs = np.log(np.maximum(values, _FLOOR))
         return cls(logs, np.sort(logs), clusters)
 
@@ -122,42 +205,40 @@ class SortedSample:
         scaled = self.at(q)
         inverse_density = (self.at(q + half) - self.at(q - half)) / (2 * half)
         below = (self.logs <= scaled).astype(np.float64)
-        variance = variance_of_mean(below - float(below.mean()), self.clusters)
-        return Summary(math.exp(scaled), scaled, math.sqrt(variance) * inverse_density, n)
+        contributions = (float(below.mean()) - below) * inverse_density / n
+        return _summary(math.exp(scaled), scaled, contributions, self.clusters)
 
 
-def mean_summary(values: Floats, clusters: Ints) -> Summary:
+def mean_summary(values: Floats, clusters: Clusters) -> Summary:
     """The mean on the log scale (the delta method: se(log m) = se(m) / m)."""
     n = len(values)
     mean = float(values.mean())
     if mean <= 0:
-        return Summary(mean, math.nan, math.nan, n)
-    variance = variance_of_mean(values - mean, clusters) * n / max(n - 1, 1)
-    return Summary(mean, math.log(mean), math.sqrt(variance) / mean, n)
+        return Summary(mean, math.nan, n)
+    contributions = (values - mean) / (mean * n)
+    return _summary(mean, math.log(mean), contributions, clusters)
 
 
-def ratio_summary(numerator: Floats, denominator: Floats, clusters: Ints) -> Summary:
+def ratio_summary(numerator: Floats, denominator: Floats, clusters: Clusters) -> Summary:
     """sum(numerator) / sum(denominator) on the log scale (dollars per token), by the delta
     method for a ratio of means."""
     n = len(numerator)
     total = float(denominator.sum())
     if n == 0 or total <= 0 or float(numerator.sum()) <= 0:
-        return Summary(math.nan, math.nan, math.nan, n)
+        return Summary(math.nan, math.nan, n)
     ratio = float(numerator.sum()) / total
     # The contribution of a request to log(ratio), to first order.
-    contributions = (numerator - ratio * denominator) / (ratio * total / n)
-    variance = variance_of_mean(contributions, clusters)
-    return Summary(ratio, math.log(ratio), math.sqrt(variance), n)
+    contributions = (numerator - ratio * denominator) / (ratio * total)
+    return _summary(ratio, math.log(ratio), contributions, clusters)
 
 
 def compare(reference: Summary, candidate: Summary) -> Estimate:
-    """The arms are independent of each other (their requests are assigned at random by
-    session, and run on their own replicas), so their variances add."""
+    """The candidate's estimate less the reference's, with the variance of that difference."""
     return Estimate(
         reference=reference.value,
         candidate=candidate.value,
         theta=candidate.scaled - reference.scaled,
-        se=math.hypot(reference.se, candidate.se),
+        se=math.sqrt(variance_of([(candidate, 1.0), (reference, -1.0)])),
         n_reference=reference.n,
         n_candidate=candidate.n,
     )
@@ -168,7 +249,7 @@ class RateSample:
     """One arm's events among its eligible requests, with the clusters of those requests."""
 
     events: Floats  # 1.0 for an event, 0.0 otherwise, one per eligible request
-    clusters: Ints
+    clusters: Clusters | None  # None: independent requests
 
     def summary(self) -> Summary:
         """The share, with one success and one failure added (Agresti-Caffo), which keeps its
@@ -176,24 +257,17 @@ class RateSample:
         n = len(self.events)
         count = float(self.events.sum())
         adjusted = (count + 1) / (n + 2)
-        variance = adjusted * (1 - adjusted) / (n + 2)
-        if n > 1:
-            clustered = variance_of_mean(self.events - count / n, self.clusters)
-            variance = max(variance, clustered)
-        return Summary(count / n if n else math.nan, adjusted, math.sqrt(variance), n)
+        independent = adjusted * (1 - adjusted) / (n + 2)
+        share = count / n if n else math.nan
+        if n < 2 or self.clusters is None:
+            return Summary(share, adjusted, n, independent=independent)
+        contributions = (self.events - count / n) / n
+        return Summary(share, adjusted, n, contributions, self.clusters, independent)
 
 
 def rate(reference: RateSample, candidate: RateSample) -> Estimate:
     """A difference of two shares, in points."""
-    ref, cand = reference.summary(), candidate.summary()
-    return Estimate(
-        reference=ref.value,
-        candidate=cand.value,
-        theta=cand.scaled - ref.scaled,
-        se=math.hypot(ref.se, cand.se),
-        n_reference=ref.n,
-        n_candidate=cand.n,
-    )
+    return compare(reference.summary(), candidate.summary())
 
 
 def counted_rate(
@@ -204,6 +278,6 @@ def counted_rate(
     def sample(events: int, n: int) -> RateSample:
         flags = np.zeros(n, dtype=np.float64)
         flags[:events] = 1.0
-        return RateSample(flags, np.arange(n, dtype=np.int64))
+        return RateSample(flags, None)
 
     return rate(sample(reference_events, reference_n), sample(candidate_events, candidate_n))

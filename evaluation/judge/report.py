@@ -96,6 +96,8 @@ class Report:
     # The judge's share of the rollout's alpha, split over the metrics by weight (each verdict
     # names its own).
     alpha_per_metric: float = math.nan
+    # Replicas judged without, each with why (`replicas`): a host for a person to look at.
+    set_aside: tuple[str, ...] = ()
 
     def verdict(self, metric: str) -> MetricVerdict:
         for verdict in self.verdicts:
@@ -111,6 +113,7 @@ class Report:
             "final": self.final,
             "alpha_per_metric": _json_float(self.alpha_per_metric),
             "verdicts": [v.to_dict() for v in self.verdicts],
+            "set_aside": list(self.set_aside),
         }
 
     @classmethod
@@ -121,6 +124,7 @@ class Report:
             reason=str(data["reason"]),
             final=bool(data.get("final", False)),
             alpha_per_metric=_float(data.get("alpha_per_metric")),
+            set_aside=tuple(str(line) for line in data.get("set_aside", ())),
         )
 
 

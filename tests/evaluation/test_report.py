@@ -137,6 +137,18 @@ def test_the_report_page_shows_the_table_with_badges_charts_and_unavailable_sign
     assert "Promote" in page
 
 
+def test_the_page_names_a_replica_the_judge_set_aside(
+    client: Client, judged: Rollout, viewer: User
+) -> None:
+    verdict = Verdict.objects.filter(rollout=judged).latest("looked_at")
+    line = "candidate replica r2: median TTFT +25% against its 3 siblings"
+    verdict.report = {**verdict.report, "set_aside": [line]}
+    verdict.save(update_fields=["report"])
+    client.force_login(viewer)
+    page = client.get(f"/rollouts/{judged.pk}/report/?step=1").content.decode()
+    assert f'<p class="notice" data-testid="set-aside">Set aside: {line}</p>' in page
+
+
 def test_the_page_polls_while_live_and_stops_when_the_rollout_ends(
     client: Client, judged: Rollout, viewer: User
 ) -> None:

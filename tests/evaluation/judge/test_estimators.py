@@ -5,37 +5,36 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from scipy.stats import norm
 
 from evaluation.judge.estimators import (
+    Clusters,
     RateSample,
     SortedSample,
-    cluster_ids,
+    compare,
     counted_rate,
     mean_summary,
     rate,
     ratio_summary,
-    variance_of_mean,
+    shared_clusters,
 )
 
 
-def each_alone(n: int) -> np.ndarray:
-    """Clusters of one request each: requests read as independent."""
-    return np.arange(n, dtype=np.int64)
+def each_alone(n: int) -> Clusters:
+    """Requests read as independent: each in a window of its own, on one replica."""
+    return Clusters(np.arange(n, dtype=np.int64), np.zeros(n, dtype=np.int64), n)
 
 
-def independent_variance(centred: np.ndarray) -> float:
-    """The variance of the mean of independent values (centred), by the textbook formula."""
-    return float(centred @ centred) / len(centred) ** 2
+def by_window(window: np.ndarray, replica: np.ndarray | None = None) -> Clusters:
+    window = window.astype(np.int64)
+    replica = np.zeros(len(window), dtype=np.int64) if replica is None else replica
+    return Clusters(window, replica.astype(np.int64), int(window.max()) + 1)
 
 
-def drifting(
-    rng: np.random.Generator, *, clusters: int, size: int, drift: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Values whose clusters share an offset of spread `drift` (plus independent noise of 1)."""
-    ids = np.repeat(np.arange(clusters, dtype=np.int64), size)
-    values = rng.normal(0.0, drift, clusters)[ids] + rng.normal(0.0, 1.0, clusters * size)
-    return values, ids
+def independent_se(values: np.ndarray) -> float:
+    """The standard error of the mean of independent values, by the textbook formula."""
+    return float(np.std(values, ddof=1)) / math.sqrt(len(values))
 
 
 def test_quantile_error_matches_the_asymptotic_formula() -> None:
@@ -48,76 +47,94 @@ def test_quantile_error_matches_the_asymptotic_formula() -> None:
     assert 0.8 * theory < summary.se < 1.25 * theory
 
 
-def test_it_gives_each_request_its_replica_and_10_s_window_and_its_replica() -> None:
-    replica = np.array(["a", "a", "b", "a", "b", "a"])
-    ts = np.array([100.0, 109.9, 105.0, 110.0, 101.0, 135.0])
-    ids = cluster_ids(replica, ts)
-    assert ids.shape == (6, 2)
-    windows, replicas = ids[:, 0].tolist(), ids[:, 1].tolist()
-    assert windows[0] == windows[1]  # one replica within 10 s
-    assert windows[2] == windows[4]
-    assert len({windows[0], windows[2], windows[3], windows[5]}) == 4  # another replica or window
-    assert replicas[0] == replicas[1] == replicas[3] == replicas[5] != replicas[2] == replicas[4]
-    assert cluster_ids(np.array([], dtype=np.str_), np.array([])).shape == (0, 2)
+def test_arms_share_the_numbering_of_their_windows_and_replicas() -> None:
+    first = (np.array(["a", "a", "b"]), np.array([100.0, 109.9, 125.0]))
+    second = (np.array(["c", "b"]), np.array([101.0, 129.0]))
+    one, two = shared_clusters([first, second])
+    assert one.window[0] == one.window[1] == two.window[0]  # one 10 s window, any arm
+    assert one.window[2] == two.window[1] != one.window[0]
+    assert one.replica[2] == two.replica[1]  # replica b serves both arms
+    assert len({one.replica[0], one.replica[2], two.replica[0]}) == 3
+    assert len(Clusters.of(np.array([], dtype=np.str_), np.array([]))) == 0
 
 
 def test_a_replica_unlike_the_others_for_the_whole_window_widens_the_error() -> None:
-    # Eight replicas, each slower or faster than the rest by its own constant offset, for
-    # 60 windows: no drift within a replica, so windows alone see little.
+    # Eight replicas, each slower or faster than the rest by its own constant offset, over 60
+    # windows: nothing moves within a replica over time, so windows alone see little.
     rng = np.random.default_rng(6)
     replica = np.repeat(np.arange(8), 600)
     window = np.tile(np.repeat(np.arange(60), 10), 8)
-    values = rng.normal(0.0, 0.5, 8)[replica] + rng.normal(0.0, 1.0, len(replica))
-    centred = values - values.mean()
-    by_window = variance_of_mean(centred, window + 60 * replica)
-    both = variance_of_mean(centred, np.stack([window + 60 * replica, replica]).T)
-    assert both > 5 * by_window
-    assert both == variance_of_mean(centred, replica)  # the larger level is the one used
+    values = np.exp(rng.normal(0.0, 0.5, 8)[replica] + rng.normal(0.0, 1.0, len(replica)))
+    windows_only = mean_summary(values, by_window(window)).se
+    both = mean_summary(values, by_window(window, replica)).se
+    assert both > 2 * windows_only
 
 
-def test_a_drift_shared_within_clusters_widens_the_error_to_what_the_mean_really_varies_by() -> (
-    None
-):
+def test_a_drift_shared_within_windows_widens_the_error_to_what_the_mean_really_varies_by() -> None:
     rng = np.random.default_rng(3)
     means, clustered, independent = [], [], []
+    window = np.repeat(np.arange(40), 50)
     for _ in range(300):
-        values, ids = drifting(rng, clusters=40, size=50, drift=1.0)
-        centred = values - values.mean()
-        means.append(values.mean())
-        clustered.append(math.sqrt(variance_of_mean(centred, ids)))
-        independent.append(math.sqrt(independent_variance(centred)))
-    spread = float(np.std(means))  # how much the mean of such a sample truly varies
+        values = rng.normal(0.0, 1.0, 40)[window] + rng.normal(0.0, 1.0, len(window)) + 10
+        means.append(math.log(values.mean()))
+        clustered.append(mean_summary(values, by_window(window)).se)
+        independent.append(independent_se(values) / values.mean())
+    spread = float(np.std(means))  # how much the estimate truly varies
     assert float(np.mean(independent)) < 0.3 * spread  # reading requests as independent...
-    assert 0.85 * spread < float(np.mean(clustered)) < 1.2 * spread  # ...but not clusters
+    assert 0.85 * spread < float(np.mean(clustered)) < 1.2 * spread  # ...but not windows
     assert min(c / i for c, i in zip(clustered, independent, strict=True)) > 2
+
+
+def test_a_burst_that_moves_both_arms_at_once_cancels_in_their_difference() -> None:
+    # Both arms' latencies rise and fall together, window by window (a burst of traffic across
+    # the fleet); each arm alone varies a lot, their difference hardly.
+    rng = np.random.default_rng(8)
+    window = np.repeat(np.arange(60), 20)
+    differences, errors, apart = [], [], []
+    for _ in range(200):
+        load = rng.normal(0.0, 0.5, 60)[window]
+        first = np.exp(3 + load + rng.normal(0.0, 0.3, len(window)))
+        second = np.exp(3 + load + rng.normal(0.0, 0.3, len(window)))
+        reference = mean_summary(first, by_window(window))
+        candidate = mean_summary(second, by_window(window))
+        estimate = compare(reference, candidate)
+        differences.append(estimate.theta)
+        errors.append(estimate.se)
+        apart.append(math.hypot(reference.se, candidate.se))
+    spread = float(np.std(differences))
+    assert 0.85 * spread < float(np.mean(errors)) < 1.3 * spread
+    assert float(np.mean(apart)) > 3 * spread  # as if the arms were independent: far too wide
 
 
 def test_the_clustered_error_is_never_below_the_independent_one() -> None:
     rng = np.random.default_rng(4)
     ratios = []
-    for _ in range(200):  # independent data in random clusters: about equal, never below
-        values = rng.normal(0.0, 1.0, 400)
-        ids = rng.integers(0, 30, 400)
-        centred = values - values.mean()
-        ratios.append(variance_of_mean(centred, ids) / independent_variance(centred))
-    assert min(ratios) >= 1
-    assert float(np.mean(ratios)) < 1.3  # no drift to find: it finds little
-    # Clusters whose requests cancel out (sums of zero) read as independent, not as certain.
-    pairs = np.array([1.0, -1.0] * 50)
-    ids = np.repeat(np.arange(50, dtype=np.int64), 2)
-    assert variance_of_mean(pairs, ids) == independent_variance(pairs) > 0
-    # One cluster has no spread between clusters to read: the independent variance.
-    assert variance_of_mean(pairs, np.zeros(100, dtype=np.int64)) == independent_variance(pairs)
+    for _ in range(200):  # independent data in random windows: about equal, never below
+        values = rng.normal(10.0, 1.0, 400)
+        summary = mean_summary(values, by_window(rng.integers(0, 30, 400)))
+        ratios.append(summary.se / (independent_se(values) / values.mean()))
+    assert min(ratios) > 0.99  # (n - 1 / n: the textbook formula divides by n - 1)
+    assert float(np.mean(ratios)) < 1.15  # no drift to find: it finds little
+    # Windows whose requests cancel out (sums of zero) read as independent, not as certain.
+    pairs = np.array([9.0, 11.0] * 50)
+    paired = mean_summary(pairs, by_window(np.repeat(np.arange(50), 2)))
+    assert paired.se == pytest.approx(independent_se(pairs) / 10, rel=0.01)
+    assert paired.se > 0
+    # One window has no spread between windows to read: the independent variance.
+    alone = mean_summary(pairs, by_window(np.zeros(100)))
+    assert alone.se == pytest.approx(independent_se(pairs) / 10, rel=0.01)
 
 
 def test_means_ratios_quantiles_and_rates_all_read_the_clusters() -> None:
     rng = np.random.default_rng(5)
-    values, ids = drifting(rng, clusters=20, size=100, drift=0.5)
+    window = np.repeat(np.arange(20), 100)
+    values = rng.normal(0.0, 0.5, 20)[window] + rng.normal(0.0, 1.0, len(window))
+    ids = by_window(window)
     latencies = np.exp(values / 4 + 3)
     alone = each_alone(len(values))
     assert mean_summary(latencies, ids).se > 2 * mean_summary(latencies, alone).se
     tokens = np.round(latencies)
-    cost = tokens * np.exp(values / 4)  # the price per token drifts with the clusters
+    cost = tokens * np.exp(values / 4)  # the price per token drifts with the windows
     assert ratio_summary(cost, tokens, ids).se > 2 * ratio_summary(cost, tokens, alone).se
     assert (
         SortedSample.of(latencies, ids).quantile(0.5).se

@@ -182,7 +182,12 @@ def test_drift_shared_by_a_replicas_requests_does_not_roll_back_a_healthy_candid
     # Read as independent requests (each on a replica of its own), the same samples would
     # roll the candidate back: 24,000 requests are really 48 clusters' worth of evidence.
     def alone(arm: ArmSamples) -> ArmSamples:
-        return replace(arm, replica=np.array([f"own-{i}" for i in range(len(arm))]))
+        # Each request on a replica and in a window of its own.
+        return replace(
+            arm,
+            replica=np.array([f"own-{i}" for i in range(len(arm))]),
+            ts=1.7e9 + 60.0 * np.arange(len(arm)) + (arm is candidate) * 30.0,
+        )
 
     as_independent = judge(alone(baseline), alone(candidate), final=False)
     assert as_independent.decision is Decision.ROLLBACK
