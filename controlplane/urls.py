@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane import health, metrics, views
+from tenants import views as tenant_views
 
 api_v1 = [
     path("", include("tenants.api.urls")),
@@ -24,6 +25,13 @@ urlpatterns = [
     path("rollouts/", include("rollouts.urls")),
     path("rollouts/", include("evaluation.urls")),
     path("tenants/", include("tenants.urls")),
+    path("account/tokens/", tenant_views.api_tokens, name="api-tokens-page"),
+    path("account/tokens/new", tenant_views.api_token_create, name="api-token-create"),
+    path(
+        "account/tokens/<int:token_id>/revoke",
+        tenant_views.api_token_revoke,
+        name="api-token-revoke",
+    ),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -65,7 +65,8 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     search_fields = ["name", "prefix", "user__username"]
 
     def has_add_permission(self, request: object) -> bool:
-        # A token created here would have no secret anyone could see; issue tokens via the API.
+        # A token created here would have no secret anyone could see: people make theirs on
+        # /account/tokens/ or through /api/v1/tokens, pipelines with `manage.py create_api_token`.
         return False
 
 

@@ -31,6 +31,20 @@ class Scope(models.TextChoices):
     ROLLOUTS_WRITE = "rollouts:write", "Start, pause, promote and roll back rollouts"
     TENANTS_READ = "tenants:read", "Read tenants, budgets and usage"
     TENANTS_WRITE = "tenants:write", "Manage tenants, budgets and keys"
+    TOKENS_WRITE = "tokens:write", "Create, list and revoke the owner's own API tokens"
+
+
+# The scopes a token of each role may hold: a token narrows its owner's role, never widens it.
+ROLE_SCOPES: dict[str, frozenset[str]] = {
+    Role.RELEASE_MANAGER: frozenset(Scope.values),
+    Role.TENANT_ADMIN: frozenset(
+        {Scope.REGISTRY_READ, Scope.ROLLOUTS_READ, Scope.TENANTS_READ, Scope.TENANTS_WRITE}
+        | {Scope.TOKENS_WRITE}
+    ),
+    Role.VIEWER: frozenset(
+        {Scope.REGISTRY_READ, Scope.ROLLOUTS_READ, Scope.TENANTS_READ, Scope.TOKENS_WRITE}
+    ),
+}
 
 
 class SoftLimitAction(models.TextChoices):

@@ -5,7 +5,7 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
-from tenants.choices import SoftLimitAction
+from tenants.choices import ROLE_SCOPES, Scope, SoftLimitAction
 from tenants.models import Budget
 from tenants.services.budgets import BUDGET_FIELDS
 
@@ -36,6 +36,45 @@ class ApiKeyCreateForm(forms.Form):
         name: str = self.cleaned_data["name"].strip()
         if not name:
             raise forms.ValidationError("Give the key a name, so people can tell keys apart.")
+        return name
+
+    def clean_expires_at(self) -> Any:
+        expires_at = self.cleaned_data.get("expires_at")
+        if expires_at is not None and expires_at <= timezone.now():
+            raise forms.ValidationError("The expiry must be in the future.")
+        return expires_at
+
+
+class ApiTokenCreateForm(forms.Form):
+    """A person's new API token: scopes offered are those their role allows."""
+
+    name = forms.CharField(
+        max_length=100,
+        error_messages={"required": "Give the token a name, e.g. the pipeline that will use it."},
+    )
+    scopes = forms.MultipleChoiceField(
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": "Tick at least one scope."},
+    )
+    expires_at = forms.DateTimeField(
+        required=False,
+        help_text="UTC; leave empty for a token that does not expire.",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+    def __init__(self, *args: Any, role: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        scopes = self.fields["scopes"]
+        assert isinstance(scopes, forms.MultipleChoiceField)  # noqa: S101 -- declared above
+        allowed = ROLE_SCOPES.get(role, frozenset())
+        scopes.choices = [(value, label) for value, label in Scope.choices if value in allowed]
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"].strip()
+        if not name:
+            raise forms.ValidationError(
+                "Give the token a name, e.g. the pipeline that will use it."
+            )
         return name
 
     def clean_expires_at(self) -> Any:

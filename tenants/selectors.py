@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from core.errors import NotFound
 from tenants.choices import Granularity, Role
-from tenants.models import ApiKey, Budget, RecentRejection, Tenant, UsageRollup, User
+from tenants.models import ApiKey, ApiToken, Budget, RecentRejection, Tenant, UsageRollup, User
 
 # --- who sees which tenant ------------------------------------------------------------------------
 
@@ -45,6 +45,18 @@ def may_manage_keys(user: User | AnonymousUser, tenant: Tenant) -> bool:
 
 def may_edit_budgets(user: User | AnonymousUser) -> bool:
     return isinstance(user, User) and user.is_release_manager
+
+
+def api_tokens_of(user: User) -> QuerySet[ApiToken]:
+    """A person's own API tokens, newest first: nobody lists anyone else's."""
+    return ApiToken.objects.filter(user=user).order_by("-created_at")
+
+
+def api_token_of(user: User, token_id: int) -> ApiToken:
+    token = api_tokens_of(user).filter(pk=token_id).first()
+    if token is None:
+        raise NotFound(f"you have no API token {token_id}")
+    return token
 
 
 def api_keys(tenant: Tenant) -> QuerySet[ApiKey]:

@@ -25,10 +25,10 @@ from django.views.decorators.vary import vary_on_headers
 from core.errors import DomainError
 from tenants import selectors
 from tenants.charts import Chart, line_chart
-from tenants.forms import ApiKeyCreateForm, BudgetForm
+from tenants.forms import ApiKeyCreateForm, ApiTokenCreateForm, BudgetForm
 from tenants.gauges import gauges
 from tenants.models import Budget, Tenant, User
-from tenants.services import budgets, gateway_keys
+from tenants.services import accounts, budgets, gateway_keys
 from tenants.web import SignedInRequest, domain_errors_as_http, wants_fragment
 
 TIME_FORMATS = {"hour": "%H:%M", "day": "%H:00", "month": "%m-%d"}
@@ -267,3 +267,52 @@ def usage_export(request: SignedInRequest, slug: str) -> StreamingHttpResponse:
     response = StreamingHttpResponse(lines(), content_type="text/csv")
     response["Content-Disposition"] = f'attachment; filename="usage-{tenant.slug}.csv"'
     return response
+
+
+# --- the signed-in person's own API tokens ----------------------------------------------------
+
+
+def _tokens_page(request: SignedInRequest, *, status: int = 200, **context: Any) -> HttpResponse:
+    context.setdefault("token_form", ApiTokenCreateForm(role=request.user.role))
+    context["tokens"] = selectors.api_tokens_of(request.user)
+    context["now"] = timezone.now()
+    response = render(request, "tenants/api_tokens.html", context, status=status)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_GET
+@login_required
+def api_tokens(request: SignedInRequest) -> HttpResponse:
+    return _tokens_page(request)
+
+
+@require_POST
+@login_required
+def api_token_create(request: SignedInRequest) -> HttpResponse:
+    form = ApiTokenCreateForm(request.POST, role=request.user.role)
+    if form.is_valid():
+        try:
+            token, secret = accounts.api_token_create(
+                actor=request.user,
+                user=request.user,
+                name=form.cleaned_data["name"],
+                scopes=form.cleaned_data["scopes"],
+                expires_at=form.cleaned_data["expires_at"],
+            )
+        except DomainError as exc:
+            form.add_error(None, str(exc))
+        else:
+            # Rendered, not redirected: the secret must never travel through a session or a URL.
+            return _tokens_page(request, status=201, new_token=token, new_secret=secret)
+    return _tokens_page(request, status=400, token_form=form)
+
+
+@require_POST
+@login_required
+def api_token_revoke(request: SignedInRequest, token_id: int) -> HttpResponse:
+    with domain_errors_as_http():
+        token = selectors.api_token_of(request.user, token_id)
+    accounts.api_token_revoke(actor=request.user, token_id=token.pk)
+    messages.success(request, f"Token {token.name} ({token.prefix}…) is revoked.")
+    return redirect(reverse("api-tokens-page"))

@@ -3,8 +3,8 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tenants.choices import Role, SoftLimitAction
-from tenants.models import ApiKey, Budget, RecentRejection, Tenant
+from tenants.choices import Role, Scope, SoftLimitAction
+from tenants.models import ApiKey, ApiToken, Budget, RecentRejection, Tenant
 from tenants.selectors import budget_of
 from tenants.services.budgets import BUDGET_FIELDS
 
@@ -140,3 +140,35 @@ class UsageOutput(serializers.Serializer[dict[str, Any]]):
     buckets = UsageBucketOutput(many=True)
     by_route = RouteUsageOutput(many=True)
     recent_rejections = RejectionOutput(many=True)
+
+
+class ApiTokenOutput(serializers.ModelSerializer[ApiToken]):
+    class Meta:
+        model = ApiToken
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "scopes",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+        ]
+
+
+class ApiTokenCreatedOutput(ApiTokenOutput):
+    secret = serializers.CharField(help_text="The token itself: shown in this answer only.")
+
+    class Meta(ApiTokenOutput.Meta):
+        fields = [*ApiTokenOutput.Meta.fields, "secret"]
+
+
+class ApiTokenCreateInput(serializers.Serializer[dict[str, Any]]):
+    name = serializers.CharField(max_length=100)
+    scopes = serializers.ListField(
+        child=serializers.ChoiceField(choices=Scope.choices),
+        allow_empty=False,
+        help_text="At most the scopes the caller's role allows (see GET /api/v1/me).",
+    )
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)

@@ -1,4 +1,4 @@
-"""The tenants REST API: tenants, budgets, gateway keys and usage.
+"""The tenants REST API: tenants, budgets, gateway keys, usage, and the caller's own API tokens.
 
 Everything is read through the selectors with the caller, so a tenant admin's token reaches its
 own tenant only: another tenant's slug is a 404 exactly like one that does not exist.
@@ -22,7 +22,7 @@ from tenants.api.serializers import MeOutputSerializer
 from tenants.choices import Scope
 from tenants.models import ApiToken, Tenant, User
 from tenants.permissions import TokenHasScopes
-from tenants.services import budgets, gateway_keys
+from tenants.services import accounts, budgets, gateway_keys
 
 READ, WRITE = (Scope.TENANTS_READ,), (Scope.TENANTS_WRITE,)
 PERMISSIONS = [IsAuthenticated, TokenHasScopes]
@@ -206,3 +206,54 @@ class UsageView(APIView):
             "recent_rejections": selectors.recent_rejections(tenant),
         }
         return Response(s.UsageOutput(data).data)
+
+
+TOKENS = dict.fromkeys(("GET", "HEAD", "POST"), (Scope.TOKENS_WRITE,))
+
+
+class ApiTokensView(APIView):
+    """The caller's own API tokens. A token needs `tokens:write` to see or make tokens, and can
+    make none wider than its owner's role allows."""
+
+    permission_classes = PERMISSIONS
+    required_scopes_by_method = TOKENS
+
+    @extend_schema(responses=s.ApiTokenOutput(many=True), operation_id="tokens_list")
+    def get(self, request: Request) -> Response:
+        tokens = selectors.api_tokens_of(cast(User, request.user))
+        return Response(s.ApiTokenOutput(tokens, many=True).data)
+
+    @extend_schema(
+        request=s.ApiTokenCreateInput,
+        responses={201: s.ApiTokenCreatedOutput},
+        operation_id="tokens_create",
+        description="Issues an API token to the caller. The answer holds the secret; it is "
+        "never shown again.",
+    )
+    def post(self, request: Request) -> Response:
+        user = cast(User, request.user)
+        data = s.ApiTokenCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        token, secret = accounts.api_token_create(
+            actor=user,
+            user=user,
+            name=values["name"],
+            scopes=values["scopes"],
+            expires_at=values["expires_at"],
+        )
+        body = {**s.ApiTokenOutput(token).data, "secret": secret}
+        return Response(body, status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})
+
+
+class ApiTokenRevokeView(APIView):
+    permission_classes = PERMISSIONS
+    required_scopes_by_method = TOKENS
+
+    @extend_schema(request=None, responses=s.ApiTokenOutput, operation_id="tokens_revoke")
+    def post(self, request: Request, token_id: int) -> Response:
+        user = cast(User, request.user)
+        token = selectors.api_token_of(user, token_id)
+        return Response(
+            s.ApiTokenOutput(accounts.api_token_revoke(actor=user, token_id=token.pk)).data
+        )

@@ -10,7 +10,7 @@ from django.utils import timezone
 from core.audit import audit_record
 from core.errors import Conflict, DomainError, NotFound
 from core.publication import gateway_snapshot_changed
-from tenants.choices import FailMode, Role, Scope, Tier
+from tenants.choices import ROLE_SCOPES, FailMode, Role, Scope, Tier
 from tenants.models import ApiToken, Tenant, User
 from tenants.tokens import hash_secret, new_secret, visible_prefix
 
@@ -108,6 +108,18 @@ def api_token_create(
     `secret` lets the demo seed reproduce the same well-known token on every run; real callers
     leave it out.
     """
+    allowed = ROLE_SCOPES.get(user.role, frozenset())
+    beyond = sorted(set(scopes) - allowed)
+    if beyond:
+        raise DomainError(
+            f"scopes: {user.get_username()} is a {user.get_role_display().lower()}, whose tokens "
+            f"may hold only {', '.join(sorted(allowed)) or 'no scope'}; "
+            f"not {', '.join(beyond)}"
+        )
+    if not scopes:
+        raise DomainError("scopes: give the token at least one scope")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise DomainError("expires_at: the expiry must be in the future")
     secret = secret or new_secret()
     token = ApiToken(
         user=user,

@@ -136,6 +136,9 @@ def world(tenant_a: Tenant) -> dict[str, str]:
 def token(world: dict[str, str]) -> str:
     owner = UserFactory.create(username="walker-token", role=Role.RELEASE_MANAGER)
     _, secret = api_token_create(actor=None, user=owner, name="walk", scopes=list(Scope))
+    # A second token for the walk to revoke (revoking its own would end the walk).
+    spare, _ = api_token_create(actor=None, user=owner, name="spare", scopes=[Scope.ROLLOUTS_READ])
+    world["token_id"] = str(spare.pk)
     return secret
 
 

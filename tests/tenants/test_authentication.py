@@ -50,10 +50,11 @@ def test_it_rejects_a_revoked_token(api_client: APIClient, ci_user: User, ci_tok
 def test_it_rejects_an_expired_token_saying_when_it_expired(
     api_client: APIClient, ci_user: User
 ) -> None:
-    expired = timezone.now() - dt.timedelta(minutes=1)
-    _, secret = api_token_create(
-        actor=None, user=ci_user, name="old", scopes=[Scope.REGISTRY_READ], expires_at=expired
+    soon = timezone.now() + dt.timedelta(minutes=1)
+    token, secret = api_token_create(
+        actor=None, user=ci_user, name="old", scopes=[Scope.REGISTRY_READ], expires_at=soon
     )
+    ApiToken.objects.filter(pk=token.pk).update(expires_at=soon - dt.timedelta(minutes=2))
     status, body = me(api_client, secret)
     assert status == 401
     assert "expired" in str(body["detail"])

@@ -4,7 +4,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 
-from core.errors import Conflict
+from core.errors import Conflict, DomainError
 from core.models import AuditEvent
 from tenants.choices import Role, Scope
 from tenants.models import ApiToken, Tenant, User
@@ -46,7 +46,7 @@ def test_token_names_are_unique_per_user(ci_user: User, ci_token: str) -> None:
 
 
 def test_unknown_scopes_are_rejected(ci_user: User) -> None:
-    with pytest.raises(ValidationError):
+    with pytest.raises(DomainError, match="not everything"):
         api_token_create(actor=None, user=ci_user, name="bad", scopes=["everything"])  # type: ignore[list-item]
 
 
