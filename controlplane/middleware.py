@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from controlplane import metrics
 from controlplane.logging import clean_request_id, request_id_var
+from core import idempotency
 
 logger = logging.getLogger("tollgate.http")
 
@@ -96,3 +97,24 @@ class RejectNulMiddleware:
                 status=400,
             )
         return self.get_response(request)
+
+
+class IdempotencyMiddleware:
+    """Routes API writes that carry an `Idempotency-Key` through `core.idempotency`."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        key = request.headers.get(idempotency.HEADER)
+        if key is None or request.method not in idempotency.WRITES:
+            return self.get_response(request)
+        if not request.path.startswith("/api/"):
+            return self.get_response(request)
+        problem = idempotency.key_problem(key)
+        if problem:
+            return JsonResponse({"detail": problem}, status=400)
+        caller = idempotency.caller_of(request)
+        if caller is None:  # nobody to keep it for: the view answers 401
+            return self.get_response(request)
+        return idempotency.answer_once(request, key, caller, self.get_response)

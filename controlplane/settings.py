@@ -87,6 +87,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "controlplane.middleware.IdempotencyMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -192,6 +193,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "core.idempotency.document_header",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "RolloutStateEnum": "rollouts.choices.RolloutState",
         "TierEnum": "tenants.choices.Tier",
@@ -212,6 +217,7 @@ CELERY_TIMEZONE = "UTC"
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     "workers-heartbeat": {"task": "system.heartbeat", "schedule": 10.0},
+    "system-prune-idempotency-keys": {"task": "system.prune_idempotency_keys", "schedule": 3600.0},
     # A safety net: changes publish at once after commit; this repairs a lost announcement.
     "gateway-publish": {"task": "gateway.publish", "schedule": 30.0},
     # A Redis that restarted without its data (or from an older save) gets a snapshot, and its

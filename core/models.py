@@ -33,3 +33,28 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_name} {self.action} {self.target_type}:{self.target_id}"
+
+
+class IdempotencyRecord(models.Model):
+    """The first answer to an API write sent with an `Idempotency-Key` header, kept for a day so
+    that a retry gets that answer back instead of doing the write again (`core.idempotency`)."""
+
+    # Whose key it is: a hash of the bearer token, or the signed-in user's id. One caller's keys
+    # never collide with another's.
+    caller = models.CharField(max_length=64)
+    key = models.CharField(max_length=255)
+    # A hash of the method, the path with its query and the body: the same key with another
+    # request is the caller's mistake, answered 422.
+    request_hash = models.CharField(max_length=64)
+    status = models.PositiveSmallIntegerField()
+    content_type = models.CharField(max_length=200, blank=True)
+    body = models.BinaryField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["caller", "key"], name="idempotency_key_per_caller")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.caller[:8]} {self.key}"

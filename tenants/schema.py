@@ -13,5 +13,6 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped
         return {
             "type": "http",
             "scheme": "bearer",
-            "description": "An API token (tg_…), scoped; create one in the admin or via seed_demo.",
+            "description": "An API token (tg_…), scoped: made on /account/tokens/, through "
+            "POST /api/v1/tokens, or with `manage.py create_api_token`.",
         }

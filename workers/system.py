@@ -7,6 +7,7 @@ import time
 from celery import shared_task
 
 from controlplane.health import WORKER_HEARTBEAT_KEY
+from core import idempotency
 from core.redis import get_redis
 
 
@@ -14,3 +15,9 @@ from core.redis import get_redis
 def heartbeat() -> None:
     """Proves that beat schedules and a worker executes; /readyz reports its age."""
     get_redis().set(WORKER_HEARTBEAT_KEY, str(time.time()), ex=3600)
+
+
+@shared_task(name="system.prune_idempotency_keys", time_limit=300, soft_time_limit=240)
+def prune_idempotency_keys() -> int:
+    """Idempotent: forgets the API's idempotency keys older than a day."""
+    return idempotency.prune()
