@@ -5,7 +5,7 @@ from typing import Any
 from django import forms
 from django.utils import timezone
 
-from tenants.choices import ROLE_SCOPES, Scope, SoftLimitAction
+from tenants.choices import ROLE_SCOPES, FailMode, Scope, SoftLimitAction, Tier
 from tenants.models import Budget
 from tenants.services.budgets import BUDGET_FIELDS
 
@@ -43,6 +43,33 @@ class ApiKeyCreateForm(forms.Form):
         if expires_at is not None and expires_at <= timezone.now():
             raise forms.ValidationError("The expiry must be in the future.")
         return expires_at
+
+
+class TenantCreateForm(forms.Form):
+    """A new tenant and the limits of its first budget (the budget page edits the rest)."""
+
+    slug = forms.SlugField(max_length=63, help_text="In URLs and the API, e.g. acme-corp.")
+    name = forms.CharField(max_length=200)
+    tier = forms.ChoiceField(choices=Tier.choices, initial=Tier.STANDARD)
+    fail_mode = forms.ChoiceField(choices=FailMode.choices, initial=FailMode.CLOSED)
+    requests_per_minute = forms.IntegerField(min_value=0, required=False)
+    input_tokens_per_minute = forms.IntegerField(min_value=0, required=False)
+    output_tokens_per_minute = forms.IntegerField(min_value=0, required=False)
+    tokens_per_day = forms.IntegerField(min_value=0, required=False)
+    tokens_per_month = forms.IntegerField(min_value=0, required=False)
+    max_concurrent_requests = forms.IntegerField(min_value=0, required=False)
+
+    LIMITS = (
+        "requests_per_minute",
+        "input_tokens_per_minute",
+        "output_tokens_per_minute",
+        "tokens_per_day",
+        "tokens_per_month",
+        "max_concurrent_requests",
+    )
+
+    def limits(self) -> dict[str, int | str | None]:
+        return {name: self.cleaned_data[name] for name in self.LIMITS}
 
 
 class ApiTokenCreateForm(forms.Form):

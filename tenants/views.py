@@ -25,11 +25,11 @@ from django.views.decorators.vary import vary_on_headers
 from core.errors import DomainError
 from tenants import selectors
 from tenants.charts import Chart, line_chart
-from tenants.forms import ApiKeyCreateForm, ApiTokenCreateForm, BudgetForm
+from tenants.forms import ApiKeyCreateForm, ApiTokenCreateForm, BudgetForm, TenantCreateForm
 from tenants.gauges import gauges
 from tenants.models import Budget, Tenant, User
 from tenants.services import accounts, budgets, gateway_keys
-from tenants.web import SignedInRequest, domain_errors_as_http, wants_fragment
+from tenants.web import SignedInRequest, domain_errors_as_http, release_manager, wants_fragment
 
 TIME_FORMATS = {"hour": "%H:%M", "day": "%H:00", "month": "%m-%d"}
 
@@ -63,6 +63,30 @@ def tenant_list(request: SignedInRequest) -> HttpResponse:
         "sorts": [("usage", "By usage"), ("rejections", "By rejections")],
     }
     return render(request, "tenants/tenant_list.html", context)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def tenant_create(request: SignedInRequest) -> HttpResponse:
+    actor = release_manager(request, to="create tenants")
+    form = TenantCreateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            tenant = accounts.tenant_onboard(
+                actor=actor,
+                slug=form.cleaned_data["slug"],
+                name=form.cleaned_data["name"],
+                tier=form.cleaned_data["tier"],
+                fail_mode=form.cleaned_data["fail_mode"],
+                limits=form.limits(),
+            )
+        except DomainError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Tenant {tenant.name} is created; give it keys below.")
+            return redirect(dashboard_url(tenant))
+    status = 400 if request.method == "POST" else 200
+    return render(request, "tenants/tenant_create.html", {"form": form}, status=status)
 
 
 # --- a tenant's dashboard -------------------------------------------------------------------------

@@ -3,7 +3,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from tenants.choices import Role, Scope, SoftLimitAction
+from tenants.choices import FailMode, Role, Scope, SoftLimitAction, Tier
 from tenants.models import ApiKey, ApiToken, Budget, RecentRejection, Tenant
 from tenants.selectors import budget_of
 from tenants.services.budgets import BUDGET_FIELDS
@@ -29,6 +29,18 @@ class TenantOutput(serializers.ModelSerializer[Tenant]):
     class Meta:
         model = Tenant
         fields = ["slug", "name", "tier", "fail_mode", "over_soft_limit", "created_at"]
+
+
+class TenantCreateInput(serializers.Serializer[dict[str, Any]]):
+    slug = serializers.SlugField(max_length=63)
+    name = serializers.CharField(max_length=200)
+    tier = serializers.ChoiceField(choices=Tier.choices, default=Tier.STANDARD)
+    fail_mode = serializers.ChoiceField(choices=FailMode.choices, default=FailMode.CLOSED)
+    budget = serializers.DictField(
+        required=False,
+        help_text="The first budget: any of the budget's fields (see PATCH …/budget); "
+        "the others stay unlimited",
+    )
 
 
 class TenantDetailOutput(TenantOutput):

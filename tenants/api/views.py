@@ -23,6 +23,7 @@ from tenants.choices import Scope
 from tenants.models import ApiToken, Tenant, User
 from tenants.permissions import TokenHasScopes
 from tenants.services import accounts, budgets, gateway_keys
+from tenants.services.budgets import BUDGET_FIELDS
 
 READ, WRITE = (Scope.TENANTS_READ,), (Scope.TENANTS_WRITE,)
 PERMISSIONS = [IsAuthenticated, TokenHasScopes]
@@ -65,6 +66,38 @@ class TenantsView(APIView):
     def get(self, request: Request) -> Response:
         tenants = selectors.visible_tenants(request.user).order_by("slug")
         return Response(s.TenantOutput(tenants, many=True).data)
+
+    @extend_schema(
+        request=s.TenantCreateInput,
+        responses={201: s.TenantDetailOutput},
+        operation_id="tenants_create",
+        description="Onboards a tenant with its tier, fail mode and first budget (release "
+        "managers only); audited, and published to the gateway within a second.",
+    )
+    def post(self, request: Request) -> Response:
+        data = s.TenantCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        budget = s.BudgetInput(data=values.get("budget", {}))
+        unknown = sorted(set(values.get("budget", {})) - set(BUDGET_FIELDS))
+        if unknown:
+            raise DomainError(
+                f"budget: unknown fields {', '.join(unknown)}; the budget's fields are "
+                f"{', '.join(BUDGET_FIELDS)}"
+            )
+        if not budget.is_valid():
+            return Response({"budget": budget.errors}, status=status.HTTP_400_BAD_REQUEST)
+        limits = dict(budget.validated_data)
+        limits.pop("reason", None)
+        tenant = accounts.tenant_onboard(
+            actor=cast(User, request.user),
+            slug=values["slug"],
+            name=values["name"],
+            tier=values["tier"],
+            fail_mode=values["fail_mode"],
+            limits=limits,
+        )
+        return Response(s.TenantDetailOutput(tenant).data, status=status.HTTP_201_CREATED)
 
 
 class TenantView(APIView):

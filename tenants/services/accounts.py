@@ -8,10 +8,11 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.audit import audit_record
-from core.errors import Conflict, DomainError, NotFound
+from core.errors import Conflict, DomainError, NotFound, PermissionDenied
 from core.publication import gateway_snapshot_changed
 from tenants.choices import ROLE_SCOPES, FailMode, Role, Scope, Tier
 from tenants.models import ApiToken, Tenant, User
+from tenants.services.budgets import budget_set
 from tenants.tokens import hash_secret, new_secret, visible_prefix
 
 
@@ -61,6 +62,38 @@ def tenant_update(*, actor: User | None, tenant_id: int, reason: str = "", **fie
             data={"changes": changed},
         )
         gateway_snapshot_changed()
+    return tenant
+
+
+# /tenants/new/ is the page that creates tenants.
+RESERVED_SLUGS = frozenset({"new"})
+
+
+def tenant_onboard(
+    *,
+    actor: User,
+    slug: str,
+    name: str,
+    tier: Tier = Tier.STANDARD,
+    fail_mode: FailMode = FailMode.CLOSED,
+    limits: dict[str, int | str | None] | None = None,
+) -> Tenant:
+    """A new tenant with its first budget, both or neither (release managers only)."""
+    if not actor.is_release_manager:
+        raise PermissionDenied("only release managers create tenants")
+    if slug in RESERVED_SLUGS:
+        raise DomainError(f"slug: {slug!r} is reserved (a page's address); choose another")
+    taken = Conflict(f"a tenant with the slug {slug!r} already exists")
+    if Tenant.objects.filter(slug=slug).exists():
+        raise taken
+    try:
+        with transaction.atomic():
+            tenant = tenant_create(
+                actor=actor, slug=slug, name=name, tier=tier, fail_mode=fail_mode
+            )
+            budget_set(actor=actor, tenant=tenant, reason="onboarding", **(limits or {}))
+    except IntegrityError as exc:  # the same slug, created at the same moment
+        raise taken from exc
     return tenant
 
 

@@ -228,3 +228,54 @@ def test_the_tenants_api_is_in_the_openapi_schema(db: None) -> None:
     assert "patch" in paths["/api/v1/tenants/{slug}/budget"]
     created = paths["/api/v1/tenants/{slug}/keys"]["post"]["responses"]["201"]
     assert created["content"]["application/json"]["schema"]["$ref"].endswith("ApiKeyCreatedOutput")
+
+
+def test_a_release_manager_onboards_a_tenant_with_its_first_budget(
+    redis_client: redis.Redis, release_manager: User
+) -> None:
+    client = token_client(release_manager)
+    created = client.post(
+        "/api/v1/tenants",
+        {
+            "slug": "initech",
+            "name": "Initech",
+            "tier": "batch",
+            "fail_mode": "open",
+            "budget": {"tokens_per_day": 1_000_000, "requests_per_minute": 600},
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    body = created.json()
+    assert (body["slug"], body["tier"], body["fail_mode"]) == ("initech", "batch", "open")
+    assert body["budget"]["tokens_per_day"] == 1_000_000
+    budget = Budget.objects.get(tenant__slug="initech")
+    assert (budget.requests_per_minute, budget.tokens_per_month) == (600, None)
+    actions = set(
+        AuditEvent.objects.filter(tenant__slug="initech").values_list("action", flat=True)
+    )
+    assert {"tenant.created", "budget.changed"} <= actions
+    again = client.post("/api/v1/tenants", {"slug": "initech", "name": "x"}, format="json")
+    assert again.status_code == 409
+    assert "already exists" in again.json()["detail"]
+
+
+def test_onboarding_refuses_bad_input_and_writes_nothing(
+    redis_client: redis.Redis, release_manager: User, tenant_a_admin: User
+) -> None:
+    client = token_client(release_manager)
+    cases = [
+        ({"slug": "Not A Slug", "name": "x"}, "slug"),
+        ({"slug": "ok", "name": "x", "tier": "gold"}, "tier"),
+        ({"slug": "ok", "name": "x", "budget": {"tokens_per_dya": 5}}, "unknown fields"),
+        ({"slug": "ok", "name": "x", "budget": {"tokens_per_day": -1}}, "budget"),
+    ]
+    for payload, message in cases:
+        response = client.post("/api/v1/tenants", payload, format="json")
+        assert response.status_code == 400, payload
+        assert message in str(response.json()), response.json()
+    refused = token_client(tenant_a_admin).post(
+        "/api/v1/tenants", {"slug": "ok", "name": "x"}, format="json"
+    )
+    assert refused.status_code == 403
+    assert not Tenant.objects.filter(slug="ok").exists()

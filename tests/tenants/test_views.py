@@ -376,3 +376,28 @@ def test_release_managers_search_tenants_by_slug_or_name(
     assert 'data-tenant="tenant-a"' not in found
     nothing = client.get("/tenants/?q=initech").content.decode()
     assert "No tenant matches" in nothing
+
+
+def test_a_release_manager_creates_a_tenant_on_its_page(
+    client: Client, release_manager: User, redis_client: redis.Redis
+) -> None:
+    client.force_login(release_manager)
+    assert 'href="/tenants/new/"' in client.get("/tenants/").content.decode()
+    form = {"slug": "initech", "name": "Initech", "tier": "batch", "fail_mode": "closed"}
+    created = client.post("/tenants/new/", {**form, "tokens_per_day": "50000"})
+    assert created.status_code == 302
+    assert created["Location"] == "/tenants/initech/"
+    assert Budget.objects.get(tenant__slug="initech").tokens_per_day == 50_000
+    again = client.post("/tenants/new/", form)
+    assert again.status_code == 400
+    assert "already exists" in html.unescape(again.content.decode())
+    reserved = client.post("/tenants/new/", {**form, "slug": "new"})
+    assert "is reserved" in html.unescape(reserved.content.decode())
+    assert Tenant.objects.count() == 1
+
+
+def test_only_release_managers_create_tenants(client: Client, viewer: User) -> None:
+    client.force_login(viewer)
+    assert client.get("/tenants/new/").status_code == 403
+    assert client.post("/tenants/new/", {"slug": "x", "name": "x"}).status_code == 403
+    assert not Tenant.objects.exists()
