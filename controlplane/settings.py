@@ -199,6 +199,8 @@ SPECTACULAR_SETTINGS = {
     ],
     "ENUM_NAME_OVERRIDES": {
         "RolloutStateEnum": "rollouts.choices.RolloutState",
+        "DeploymentStateEnum": "rollouts.choices.DeploymentState",
+        "ReplicaStateEnum": "rollouts.choices.ReplicaState",
         "TierEnum": "tenants.choices.Tier",
     },
 }
@@ -229,6 +231,7 @@ CELERY_BEAT_SCHEDULE = {
     "evaluation-observe-costs": {"task": "evaluation.observe_costs", "schedule": 60.0},
     "rollouts-tick": {"task": "rollouts.tick", "schedule": 2.0},
     "rollouts-probe-replicas": {"task": "rollouts.probe_replicas", "schedule": 10.0},
+    "rollouts-prepare-deployments": {"task": "rollouts.prepare_deployments", "schedule": 5.0},
     "rollouts-update-saturation": {"task": "rollouts.update_saturation", "schedule": 5.0},
     "tenants-consume-usage": {"task": "tenants.consume_usage", "schedule": 2.0},
     "tenants-compact-usage": {"task": "tenants.compact_usage", "schedule": 3600.0},

@@ -90,6 +90,9 @@ class Deployment(models.Model):
     # the replicas count them, instead of bounded by their bytes.
     tokenizer_dir = models.CharField(max_length=500, blank=True)
     state = models.CharField(max_length=16, choices=DeploymentState.choices, default="pending")
+    # Why a pending deployment is not ready yet (or why it failed): the provider's and the
+    # real-inference preflight's problems, one line a replica.
+    problems = models.JSONField(default=list, blank=True)
     # Saturation as last read from Prometheus; the gateway sheds lower tiers above the limits.
     kv_cache_usage = models.FloatField(default=0.0)
     waiting_requests = models.PositiveIntegerField(default=0)

@@ -11,7 +11,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from core.errors import NotFound
 from rollouts.choices import LIVE_STATES
-from rollouts.models import Deployment, PlanTemplate, Rollout, Route, RouteRule
+from rollouts.models import Deployment, Fleet, PlanTemplate, Rollout, Route, RouteRule
 from tenants.choices import Role
 from tenants.models import Tenant, User
 
@@ -46,6 +46,44 @@ def visible_deployments(user: User | AnonymousUser) -> QuerySet[Deployment]:
         Q(pk__in=rollouts.values("baseline")) | Q(pk__in=rollouts.values("candidate"))
     )
     return Deployment.objects.in_use(visible_routes(user)) | tried
+
+
+def _sees_infrastructure(user: User | AnonymousUser) -> bool:
+    return (
+        isinstance(user, User)
+        and user.is_active
+        and user.role in (Role.RELEASE_MANAGER, Role.VIEWER)
+    )
+
+
+def visible_fleets(user: User | AnonymousUser) -> QuerySet[Fleet]:
+    """Fleets are the operators' business: release managers and viewers read them; a tenant
+    admin reads none (404)."""
+    if not _sees_infrastructure(user):
+        return Fleet.objects.none()
+    return Fleet.objects.prefetch_related("replicas").order_by("name")
+
+
+def deployment_list(user: User | AnonymousUser, *, state: str = "") -> QuerySet[Deployment]:
+    """Every deployment for release managers and viewers (pending ones included); a tenant
+    admin's visible ones."""
+    queryset = Deployment.objects.all() if _sees_infrastructure(user) else visible_deployments(user)
+    queryset = queryset.select_related("artifact", "fleet").order_by("-created_at")
+    return queryset.filter(state=state) if state else queryset
+
+
+def deployment_for(user: User | AnonymousUser, deployment_id: int) -> Deployment:
+    found = deployment_list(user).filter(pk=deployment_id).first()
+    if found is None:
+        raise NotFound(f"no deployment {deployment_id}")
+    return found
+
+
+def fleet_for(user: User | AnonymousUser, name: str) -> Fleet:
+    found = visible_fleets(user).filter(name=name).first()
+    if found is None:
+        raise NotFound(f"no fleet named {name!r}")
+    return found
 
 
 def rollout_list(

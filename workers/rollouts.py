@@ -12,7 +12,11 @@ from core.redis import get_redis
 from orchestration.engine import advance as advance_rollout
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout, RolloutEvent, Webhook
-from rollouts.services.deployments import deployment_retire
+from rollouts.services.deployments import (
+    deployment_prepare,
+    deployment_retire,
+    deployments_prepare,
+)
 from rollouts.services.replicas import replicas_probe
 from rollouts.services.saturation import deployments_saturation_update
 from rollouts.webhooks import deliver
@@ -75,6 +79,20 @@ def notify(self: Task[Any, Any], *, event_id: int, webhook_id: int) -> None:
 def retire(*, deployment_id: int) -> None:
     """Unloads a deployment that no route uses any more and marks it retired (idempotent)."""
     deployment_retire(deployment_id=deployment_id)
+
+
+@shared_task(
+    name="rollouts.prepare_deployment", acks_late=True, time_limit=120, soft_time_limit=100
+)
+def prepare_deployment(*, deployment_id: int) -> None:
+    """Gets a new deployment ready at once (the sweep below retries it; idempotent)."""
+    deployment_prepare(deployment_id=deployment_id)
+
+
+@shared_task(name="rollouts.prepare_deployments", time_limit=120, soft_time_limit=100)
+def prepare_deployments() -> None:
+    """Retries every pending deployment until it is ready or past its deadline (idempotent)."""
+    deployments_prepare()
 
 
 @shared_task(name="rollouts.probe_replicas", time_limit=60, soft_time_limit=50)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from rollouts.api import plan_templates, rules, views
+from rollouts.api import infrastructure, plan_templates, rules, views
 
 urlpatterns = [
     path("rollouts", views.RolloutsView.as_view(), name="api-rollouts"),
@@ -15,6 +15,28 @@ urlpatterns = [
         "routes/<path:route_name>/rules/<str:rule_name>",
         rules.RouteRuleView.as_view(),
         name="api-route-rule",
+    ),
+    path("routes", infrastructure.RoutesView.as_view(), name="api-routes"),
+    # After the rule paths: a route name may hold slashes.
+    path("routes/<path:route_name>", infrastructure.RouteView.as_view(), name="api-route"),
+    path("fleets", infrastructure.FleetsView.as_view(), name="api-fleets"),
+    path("fleets/<slug:name>", infrastructure.FleetView.as_view(), name="api-fleet"),
+    path("fleets/<slug:name>/replicas", infrastructure.ReplicasView.as_view(), name="api-replicas"),
+    path(
+        "fleets/<slug:name>/replicas/<slug:replica>",
+        infrastructure.ReplicaView.as_view(),
+        name="api-replica",
+    ),
+    path(
+        "fleets/<slug:name>/replicas/<slug:replica>/drain",
+        infrastructure.ReplicaDrainView.as_view(),
+        name="api-replica-drain",
+    ),
+    path("deployments", infrastructure.DeploymentsView.as_view(), name="api-deployments"),
+    path(
+        "deployments/<int:deployment_id>",
+        infrastructure.DeploymentView.as_view(),
+        name="api-deployment",
     ),
     path("plan-templates", plan_templates.PlanTemplatesView.as_view(), name="api-plan-templates"),
     path(

@@ -102,7 +102,7 @@ def schema_query_parameters(client: Client) -> dict[tuple[str, str], set[str]]:
 @pytest.fixture
 def world(tenant_a: Tenant) -> dict[str, str]:
     """One of each thing a path can name, so that every view gets past its lookups."""
-    fleet = FleetFactory.create(name="fleet")
+    fleet = FleetFactory.create(name="prod")
     ReplicaFactory.create(fleet=fleet, name="r0", base_url="http://127.0.0.1:9101")
     baseline = DeploymentFactory.create(
         artifact=register(version="v1"), fleet=fleet, served_model_name="chat-v1"
@@ -124,9 +124,11 @@ def world(tenant_a: Tenant) -> dict[str, str]:
         "rollout_id": str(rollout.pk),
         "route_name": route.name,
         "rule_name": "batch",
-        "name": "prod",  # a plan template's and an alias's
+        "name": "prod",  # a plan template's, an alias's and a fleet's
         "slug": tenant_a.slug,
         "key_id": str(key.pk),
+        "replica": "r0",
+        "deployment_id": str(candidate.pk),
         "family": v2.family,
         "version": v2.version,
     }
