@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -7,8 +8,9 @@ from django.db.models import QuerySet
 from django.urls import reverse_lazy
 from pydantic import ValidationError as PydanticError
 
-from rollouts.choices import DeploymentState
-from rollouts.models import RULE_NAME_MAX_LENGTH, Deployment, PlanTemplate, Route
+from registry.models import ModelArtifact
+from rollouts.choices import DeploymentKind, DeploymentState, Provider, Stickiness
+from rollouts.models import RULE_NAME_MAX_LENGTH, Deployment, Fleet, PlanTemplate, Route
 from rollouts.plans import DEFAULT_PLAN, Plan, SloGates, Step
 from rollouts.services.rollouts import MANUAL_ACTIONS
 from tenants.choices import Tier
@@ -318,4 +320,44 @@ class RouteRuleDeleteForm(forms.Form):
     reason = forms.CharField(
         max_length=2000,
         error_messages={"required": "Say why: the reason is kept in the audit log."},
+    )
+
+
+class FleetForm(forms.Form):
+    name = forms.SlugField(max_length=100)
+    provider = forms.ChoiceField(choices=Provider.choices, initial=Provider.STATIC)
+    gpu_type = forms.CharField(max_length=100, required=False)
+    gpus_per_replica = forms.IntegerField(min_value=1, max_value=64, initial=1)
+    dollars_per_gpu_hour = forms.DecimalField(
+        min_value=Decimal("0"), max_digits=8, decimal_places=4, initial=Decimal("0")
+    )
+
+
+class ReplicaForm(forms.Form):
+    name = forms.SlugField(max_length=100)
+    base_url = forms.URLField(max_length=500, help_text="e.g. http://10.0.0.7:8000")
+
+
+class DeploymentForm(forms.Form):
+    artifact = forms.ModelChoiceField(queryset=ModelArtifact.objects.order_by("family", "version"))
+    fleet = forms.ModelChoiceField(queryset=Fleet.objects.order_by("name"), to_field_name="name")
+    served_model_name = forms.CharField(max_length=200)
+    kind = forms.ChoiceField(choices=DeploymentKind.choices, initial=DeploymentKind.FULL)
+    max_model_len = forms.IntegerField(min_value=1, required=False)
+
+
+class RouteForm(forms.Form):
+    name = forms.CharField(max_length=100, help_text="The model name clients send.")
+    baseline = forms.ModelChoiceField(
+        queryset=Deployment.objects.filter(state=DeploymentState.READY).select_related(
+            "artifact", "fleet"
+        )
+    )
+    stickiness = forms.ChoiceField(choices=Stickiness.choices, initial=Stickiness.USER)
+    tenants = forms.ModelMultipleChoiceField(
+        queryset=Tenant.objects.order_by("slug"),
+        to_field_name="slug",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every tenant may use it.",
     )

@@ -16,8 +16,9 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from core.errors import DomainError
 from rollouts import selectors
 from rollouts.choices import DeploymentState
-from rollouts.forms import RouteRuleDeleteForm, RouteRuleEditForm, RouteRuleForm
+from rollouts.forms import RouteForm, RouteRuleDeleteForm, RouteRuleEditForm, RouteRuleForm
 from rollouts.models import Route, RouteRule
+from rollouts.services import routes as route_services
 from rollouts.services import rules as services
 from tenants.models import User
 from tenants.web import SignedInRequest, domain_errors_as_http, release_manager
@@ -47,9 +48,9 @@ def route_url(route: Route) -> str:
     return reverse("rollouts:route-detail", args=[route.name])
 
 
-@require_GET
-@login_required
-def route_list(request: SignedInRequest) -> HttpResponse:
+def _route_list(
+    request: SignedInRequest, form: RouteForm | None = None, status: int = 200
+) -> HttpResponse:
     routes = (
         selectors.visible_routes(request.user)
         .select_related("baseline__artifact", "canary__artifact")
@@ -60,7 +61,38 @@ def route_list(request: SignedInRequest) -> HttpResponse:
         (route, selectors.visible_tenant_slugs(request.user, route.tenants.all()))
         for route in routes
     ]
-    return render(request, "rollouts/route_list.html", {"rows": rows})
+    may_edit = request.user.is_release_manager
+    context = {"rows": rows, "route_form": form or (RouteForm() if may_edit else None)}
+    return render(request, "rollouts/route_list.html", context, status=status)
+
+
+@require_GET
+@login_required
+def route_list(request: SignedInRequest) -> HttpResponse:
+    return _route_list(request)
+
+
+@require_POST
+@login_required
+def route_create(request: SignedInRequest) -> HttpResponse:
+    actor = release_manager(request, to="create routes")
+    form = RouteForm(request.POST)
+    if form.is_valid():
+        values = form.cleaned_data
+        try:
+            route = route_services.route_create(
+                actor=actor,
+                name=values["name"],
+                baseline=values["baseline"],
+                stickiness=values["stickiness"],
+                tenant_slugs=[tenant.slug for tenant in values["tenants"]],
+            )
+        except DomainError as exc:
+            form.add_error(None, str(exc))
+        else:
+            messages.success(request, f"Route {route.name} is created.")
+            return redirect(route_url(route))
+    return _route_list(request, form, status=400)
 
 
 def _detail_context(

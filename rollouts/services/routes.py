@@ -17,6 +17,8 @@ from rollouts.models import Deployment, Rollout, Route
 from rollouts.services.common import require_release_manager
 from tenants.models import Tenant, UsageRollup, User
 
+# /rollouts/routes/new/ is the page that creates routes.
+RESERVED_NAMES = frozenset({"new"})
 # A route that served requests this recently is in use, whoever its tenants are.
 RECENT_TRAFFIC = dt.timedelta(minutes=15)
 
@@ -41,6 +43,8 @@ def route_create(
     actor = require_release_manager(actor, "create routes")
     if not name.strip() or len(name) > 100:
         raise DomainError("name: 1 to 100 characters, the model name clients send")
+    if name in RESERVED_NAMES:
+        raise DomainError(f"name: {name!r} is reserved (a page's address); choose another")
     if baseline.state != DeploymentState.READY:
         raise DomainError(
             f"baseline: deployment {baseline.pk} is {baseline.state}; a route starts on a ready "
