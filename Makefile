@@ -25,6 +25,7 @@ $(BIN)/.installed: requirements/dev.lock package-lock.json
 	@test -n "$(PYTHON)" || { echo "tollgate: Python 3.12 is needed (Django 6 requires it): install python3.12 or set PYTHON=/path/to/python3.12" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --disable-pip-version-check -r requirements/dev.lock
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@python3 deploy/stack.py venv-packages
 	npm ci --no-audit --no-fund --silent
 	@touch $@
