@@ -21,8 +21,14 @@ class TokenHasScopes(BasePermission):
         if not isinstance(request.auth, ApiToken):
             return True
         by_method = getattr(view, "required_scopes_by_method", None)
+        method = request.method or ""
+        if by_method is not None and method not in by_method and method != "OPTIONS":
+            # A method the view names no scope for is refused, not let through: a new method
+            # added without its scope must fail closed.
+            self.message = f"No API token scope allows {method} here."
+            return False
         if by_method is not None:
-            required = set(by_method.get(request.method or "", ()))
+            required = set(by_method.get(method, ()))
         else:
             required = set(getattr(view, "required_scopes", ()))
         missing = required - set(request.auth.scopes)

@@ -24,7 +24,7 @@ class ArtifactRegisterInput(serializers.Serializer[dict[str, Any]]):
 
 class ArtifactOutput(serializers.ModelSerializer[ModelArtifact]):
     aliases = serializers.SerializerMethodField()
-    created_by = serializers.CharField(source="created_by.username", default=None)
+    created_by = serializers.CharField(source="created_by.username", default=None, allow_null=True)
 
     class Meta:
         model = ModelArtifact
