@@ -4,9 +4,9 @@ person can act on, and the gateway publication after commit."""
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.db import models
 
 from core.errors import DomainError, PermissionDenied
-from rollouts.models import PlanTemplate, RouteRule
 from tenants.models import User
 
 
@@ -16,7 +16,7 @@ def require_release_manager(actor: User | None, what: str) -> User:
     return actor
 
 
-def full_clean_or_raise(row: RouteRule | PlanTemplate) -> None:
+def full_clean_or_raise(row: models.Model) -> None:
     """full_clean, its errors turned into one message a person can act on."""
     try:
         # Uniqueness is checked by the callers under their lock, and answered as a conflict.

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from core.audit import audit_record
-from core.errors import Conflict, DomainError
+from core.errors import Conflict
 from core.publication import gateway_snapshot_changed
 from core.tasks import task_enqueue_after_commit
 from registry.models import ModelArtifact
@@ -20,7 +19,7 @@ from rollouts import providers
 from rollouts.choices import LIVE_STATES, DeploymentKind, DeploymentState
 from rollouts.models import Deployment, Fleet, Rollout, Route, RouteRule
 from rollouts.providers import teardown
-from rollouts.services.common import require_release_manager
+from rollouts.services.common import full_clean_or_raise, require_release_manager
 from tenants.models import User
 
 # How long a new deployment may take to become ready (weights to load, adapters to fetch) before
@@ -49,12 +48,7 @@ def deployment_create(
         tokenizer_dir=tokenizer_dir,
         state=DeploymentState.PENDING,
     )
-    try:
-        deployment.full_clean(validate_unique=False, validate_constraints=False)
-    except ValidationError as exc:
-        raise DomainError(
-            "; ".join(f"{field}: {' '.join(errors)}" for field, errors in exc.message_dict.items())
-        ) from exc
+    full_clean_or_raise(deployment)
     try:
         with transaction.atomic():
             deployment.save()

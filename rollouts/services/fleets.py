@@ -9,27 +9,17 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from core.audit import audit_record
-from core.errors import Conflict, DomainError, NotFound
+from core.errors import Conflict, NotFound
 from core.publication import gateway_snapshot_changed
 from rollouts.choices import DeploymentState, Provider, ReplicaState
 from rollouts.models import Deployment, Fleet, Replica
-from rollouts.services.common import require_release_manager
+from rollouts.services.common import full_clean_or_raise, require_release_manager
 from tenants.models import User
 
 GONE = (DeploymentState.RETIRED, DeploymentState.FAILED)
-
-
-def _clean(row: Fleet | Replica) -> None:
-    try:
-        row.full_clean(validate_unique=False, validate_constraints=False)
-    except ValidationError as exc:
-        raise DomainError(
-            "; ".join(f"{field}: {' '.join(errors)}" for field, errors in exc.message_dict.items())
-        ) from exc
 
 
 def fleet_create(
@@ -49,7 +39,7 @@ def fleet_create(
         gpus_per_replica=gpus_per_replica,
         dollars_per_gpu_hour=dollars_per_gpu_hour,
     )
-    _clean(fleet)
+    full_clean_or_raise(fleet)
     try:
         with transaction.atomic():
             fleet.save()
@@ -103,7 +93,7 @@ def fleet_delete(*, actor: User | None, name: str) -> None:
 def replica_add(*, actor: User | None, fleet: Fleet, name: str, base_url: str) -> Replica:
     actor = require_release_manager(actor, "add replicas")
     replica = Replica(fleet=fleet, name=name, base_url=base_url)
-    _clean(replica)
+    full_clean_or_raise(replica)
     try:
         with transaction.atomic():
             replica.save()
