@@ -37,7 +37,9 @@ def deployment_create(
     max_model_len: int | None = None,
     tokenizer_dir: str = "",
 ) -> Deployment:
-    """A pending deployment; the workers get it ready (`deployment_prepare`) within seconds."""
+    """A pending deployment; the workers get it ready (`deployment_prepare`) within seconds.
+    The same artifact already live under that name on that fleet is returned as it is, so that a
+    pipeline's re-run deploys nothing twice."""
     actor = require_release_manager(actor, "create deployments")
     deployment = Deployment(
         artifact=artifact,
@@ -60,9 +62,18 @@ def deployment_create(
             )
             task_enqueue_after_commit("rollouts.prepare_deployment", deployment_id=deployment.pk)
     except IntegrityError as exc:
+        live = (
+            Deployment.objects.filter(fleet=fleet, served_model_name=served_model_name)
+            .exclude(state__in=(DeploymentState.RETIRED, DeploymentState.FAILED))
+            .select_related("artifact")
+            .first()
+        )
+        if live is not None and live.artifact_id == artifact.pk and live.kind == kind:
+            return live  # deployed already (a pipeline's re-run): the same deployment
+        holder = f" by {live.artifact}" if live is not None else ""
         raise Conflict(
-            f"fleet {fleet.name} already serves a live deployment as {served_model_name!r}; "
-            "delete it first or choose another served model name"
+            f"fleet {fleet.name} already serves a live deployment as {served_model_name!r}"
+            f"{holder}; delete it first or choose another served model name"
         ) from exc
     return deployment
 

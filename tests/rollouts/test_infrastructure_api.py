@@ -218,3 +218,21 @@ def test_tenant_admins_see_no_fleet_and_viewers_change_nothing(
     assert watcher.delete("/api/v1/fleets/gpu-a").status_code == 403
     assert Fleet.objects.count() == 1
     assert Deployment.objects.filter(state=DeploymentState.READY).count() == 0
+
+
+def test_deploying_the_same_artifact_again_returns_the_live_deployment(
+    pipeline: APIClient, redis_client: redis.Redis
+) -> None:
+    Fleet.objects.create(name="gpu-a")
+    register(version="v1")
+    register(version="v2")
+    body = {"artifact": "support-chat:v1", "fleet": "gpu-a", "served_model_name": "chat"}
+    first = post(pipeline, "deployments", body)
+    again = post(pipeline, "deployments", body)
+    assert first.status_code == 201
+    assert again.status_code == 201
+    assert again.json()["id"] == first.json()["id"]
+    other = post(pipeline, "deployments", {**body, "artifact": "support-chat:v2"})
+    assert other.status_code == 409
+    assert "by support-chat:v1" in other.json()["detail"]
+    assert Deployment.objects.count() == 1
