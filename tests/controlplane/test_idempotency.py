@@ -14,9 +14,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from core.idempotency import TTL, prune
-from core.models import IdempotencyRecord
+from core.models import AuditEvent, IdempotencyRecord
 from registry.models import EvalScore
-from rollouts.models import Deployment, Rollout, Route
+from rollouts.models import Deployment, Fleet, Rollout, Route
 from rollouts.services import rollouts as rollout_services
 from tenants.choices import Scope
 from tenants.models import ApiToken, User
@@ -191,3 +191,22 @@ def test_two_concurrent_retries_start_one_rollout(
     assert answers[0][1] == answers[1][1]
     assert Rollout.objects.count() == 1
     assert ApiToken.objects.filter(name="race").exists()
+
+
+def test_a_retried_deployment_create_makes_one_deployment(
+    api_client: APIClient, ci_user: User
+) -> None:
+    _, token = api_token_create(
+        actor=None, user=ci_user, name="deployer", scopes=[Scope.ROLLOUTS_WRITE]
+    )
+    Fleet.objects.create(name="gpu-a")
+    register(version="v1")
+    client = with_key(api_client, token, "deploy-v1")
+    body = {"artifact": "support-chat:v1", "fleet": "gpu-a", "served_model_name": "chat"}
+    first = client.post("/api/v1/deployments", body, format="json")
+    again = client.post("/api/v1/deployments", body, format="json")
+    assert first.status_code == again.status_code == 201
+    assert again.json() == first.json()
+    assert again["Idempotent-Replayed"] == "true"
+    assert Deployment.objects.count() == 1
+    assert AuditEvent.objects.filter(action="deployment.created").count() == 1
