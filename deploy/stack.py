@@ -332,14 +332,16 @@ def prometheus_process() -> Managed:
     return Managed("prometheus", argv, ready=lambda: http_ok(f"http://{host}:{port}/-/ready"))
 
 
+PROMETHEUS_TOKEN = PROMETHEUS_DIR / "token"
+
+
 def render_prometheus_config() -> None:
-    targets = PROMETHEUS_DIR / "targets"
-    targets.mkdir(parents=True, exist_ok=True)
+    PROMETHEUS_DIR.mkdir(parents=True, exist_ok=True)
     template = Template((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     rendered = template.substitute(
         WEB_PORT=env_port("WEB_PORT", 8000),
         GATEWAY_METRICS_PORT=env_port("GATEWAY_METRICS_PORT", 8081),
-        TARGETS_DIR=targets,
+        TOKEN_FILE=PROMETHEUS_TOKEN,
     )
     (PROMETHEUS_DIR / "prometheus.yml").write_text(rendered)
 
@@ -384,17 +386,6 @@ def simfleet_ports() -> list[int]:
     base = env_port("SIMFLEET_BASE_PORT", 9101)
     replicas = env_port("SIMFLEET_REPLICAS", 2)
     return [base + i for i in range(replicas)]
-
-
-def write_fleet_targets() -> None:
-    """Tells Prometheus (file-based discovery) to scrape the simulated replicas."""
-    targets = PROMETHEUS_DIR / "targets"
-    targets.mkdir(parents=True, exist_ok=True)
-    group = {
-        "targets": [f"127.0.0.1:{port}" for port in simfleet_ports()],
-        "labels": {"fleet": "simfleet"},
-    }
-    (targets / "simfleet.json").write_text(json.dumps([group], indent=2) + "\n")
 
 
 def app_processes() -> list[Managed]:
@@ -462,6 +453,7 @@ def up() -> None:
     ensure_prometheus()
     manage("ensure_database")
     manage("migrate", "--no-input", "-v", "0")
+    manage("prometheus_sd_token", str(PROMETHEUS_TOKEN))
     check_web_port_free()
     processes = app_processes()
     # Metric files of a previous run would be merged into the new one's numbers.
@@ -472,7 +464,6 @@ def up() -> None:
         shutil.rmtree(GATEWAY_METRICS_DIR, ignore_errors=True)
     METRICS_DIR.mkdir(parents=True, exist_ok=True)
     GATEWAY_METRICS_DIR.mkdir(parents=True, exist_ok=True)
-    write_fleet_targets()
     env = child_env()
     for process in processes:
         process.start(env)

@@ -5,12 +5,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 from django.contrib.auth.models import AnonymousUser
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from core.errors import NotFound
-from rollouts.choices import LIVE_STATES
+from rollouts.choices import LIVE_STATES, ReplicaState
 from rollouts.models import Deployment, Fleet, PlanTemplate, Rollout, Route, RouteRule
 from tenants.choices import Role
 from tenants.models import Tenant, User
@@ -147,3 +148,35 @@ def plan_template_named(name: str) -> PlanTemplate:
     if template is None:
         raise NotFound(f"no plan template named {name!r}")
     return template
+
+
+def scrape_targets(user: User | AnonymousUser) -> list[dict[str, object]]:
+    """Prometheus' HTTP service discovery: one target group per active replica of the fleets the
+    user may see, labelled with its fleet, its name and the live deployments it serves, so a
+    replica added in the admin or the API is scraped without editing Prometheus' configuration."""
+    groups: list[dict[str, object]] = []
+    fleets = visible_fleets(user).prefetch_related("deployments__artifact")
+    for fleet in fleets:
+        live = sorted(
+            (d for d in fleet.deployments.all() if d.state not in ("retired", "failed")),
+            key=lambda d: d.pk,
+        )
+        for replica in fleet.replicas.all():
+            if replica.state != ReplicaState.ACTIVE:
+                continue
+            url = urlsplit(replica.base_url)
+            groups.append(
+                {
+                    "targets": [url.netloc],
+                    "labels": {
+                        "__scheme__": url.scheme or "http",
+                        "__metrics_path__": url.path.rstrip("/") + "/metrics",
+                        "fleet": fleet.name,
+                        "replica": replica.name,
+                        "provider": fleet.provider,
+                        "deployments": ",".join(str(d.pk) for d in live),
+                        "served_models": ",".join(d.served_model_name for d in live),
+                    },
+                }
+            )
+    return groups

@@ -126,6 +126,11 @@ class RouteInput(serializers.Serializer[dict[str, Any]]):
     )
 
 
+class ScrapeTargetGroup(serializers.Serializer[dict[str, Any]]):
+    targets = serializers.ListField(child=serializers.CharField(), help_text="host:port")
+    labels = serializers.DictField(child=serializers.CharField())
+
+
 def _valid(serializer: serializers.Serializer[dict[str, Any]]) -> dict[str, Any]:
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
@@ -331,3 +336,22 @@ class RouteView(APIView):
         selectors.route_for(request.user, route_name)
         routes.route_delete(actor=_actor(request), name=route_name)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- Prometheus ----------------------------------------------------------------------------------
+
+
+class ScrapeTargetsView(APIView):
+    """Prometheus' `http_sd_configs` endpoint (a token with `rollouts:read`, e.g. a viewer's)."""
+
+    permission_classes = PERMISSIONS
+    required_scopes_by_method = SCOPES
+
+    @extend_schema(
+        responses=ScrapeTargetGroup(many=True),
+        operation_id="prometheus_targets",
+        description="Every active replica as a Prometheus target group, labelled with its fleet, "
+        "its name and the deployments it serves: point `http_sd_configs` here.",
+    )
+    def get(self, request: Request) -> Response:
+        return Response(selectors.scrape_targets(request.user))

@@ -34,6 +34,11 @@ urlpatterns = [
     ),
     path("deployments", infrastructure.DeploymentsView.as_view(), name="api-deployments"),
     path(
+        "prometheus/targets",
+        infrastructure.ScrapeTargetsView.as_view(),
+        name="api-prometheus-targets",
+    ),
+    path(
         "deployments/<int:deployment_id>",
         infrastructure.DeploymentView.as_view(),
         name="api-deployment",

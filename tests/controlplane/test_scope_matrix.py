@@ -27,6 +27,7 @@ AREAS = {
     "deployments": "rollouts",
     "plan-templates": "rollouts",
     "feedback": "rollouts",
+    "prometheus": "rollouts",
 }
 # Flagger and Argo Rollouts POST to read a verdict: a read.
 READS_BY_POST = {"/api/v1/rollouts/{rollout_id}/verdict"}

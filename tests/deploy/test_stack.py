@@ -104,8 +104,19 @@ def test_up_starts_what_is_missing_and_down_stops_exactly_that(
 
     status, body = get(f"{web}/readyz")
     assert status == 200, body
-    # Prometheus finds the simulated fleet through the targets file that `up` wrote.
-    query = urllib.parse.quote('count(vllm:num_requests_running{fleet="simfleet"})')
+    # Prometheus learns the replicas from the control plane (HTTP service discovery): the
+    # simulated fleet, once the demo seed has registered it, is scraped with its fleet's label.
+    seeded = subprocess.run(
+        [sys.executable, "manage.py", "seed_demo"],
+        cwd=ROOT,
+        env=stack_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert seeded.returncode == 0, seeded.stdout + seeded.stderr
+    query = urllib.parse.quote('count(vllm:num_requests_running{fleet="simfleet-a"})')
     prometheus = stack_env["PROMETHEUS_URL"]
     wait_for(
         lambda: get(f"{prometheus}/api/v1/query?query={query}")[1]["data"]["result"] != [],

@@ -1,0 +1,125 @@
+"""Prometheus learns the replicas from Tollgate: a real Prometheus with `http_sd_configs` pointed
+at the control plane scrapes a replica added through the API, with its fleet's labels, and stops
+when it is drained."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from pytest_django.live_server_helper import LiveServer
+from rest_framework.test import APIClient
+
+from rollouts.models import Fleet
+from tenants.choices import Scope
+from tenants.models import User
+from tenants.services.accounts import api_token_create
+from tests.conftest import _http_ok, free_port, wait_for
+from tests.simfleet.harness import Fleet as SimFleet
+from tests.simfleet.harness import FleetLauncher, model
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[SimFleet]:
+    launcher = FleetLauncher(tmp_path)
+    yield launcher.start([model()], replicas=2)
+    launcher.stop_all()
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 -- a local URL
+        return json.load(response)
+
+
+@pytest.fixture
+def prometheus(tmp_path: Path, live_server: LiveServer) -> Iterator[str]:
+    token_file = tmp_path / "token"
+    call_command("prometheus_sd_token", str(token_file), stdout=StringIO())
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: fleet\n"
+        "    http_sd_configs:\n"
+        f"      - url: {live_server.url}/api/v1/prometheus/targets\n"
+        "        refresh_interval: 1s\n"
+        f"        authorization: {{type: Bearer, credentials_file: {token_file}}}\n"
+    )
+    port = free_port()
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _http_ok(f"{url}/-/ready"), seconds=30)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def scraped(prometheus: str) -> dict[str, dict[str, str]]:
+    """The replicas Prometheus scrapes and finds up, by replica label."""
+    targets = get_json(f"{prometheus}/api/v1/targets?state=active")["data"]["activeTargets"]
+    return {t["labels"]["replica"]: t["labels"] for t in targets if t["health"] == "up"}
+
+
+def test_a_replica_added_through_the_api_is_scraped_with_its_labels_until_drained(
+    sim: SimFleet, release_manager: User, prometheus: str
+) -> None:
+    _, secret = api_token_create(
+        actor=None,
+        user=release_manager,
+        name="setup",
+        scopes=[Scope.ROLLOUTS_READ, Scope.ROLLOUTS_WRITE],
+    )
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    api.post("/api/v1/fleets", {"name": "sim", "provider": "simfleet"}, format="json")
+    first, second = sim.urls
+    api.post("/api/v1/fleets/sim/replicas", {"name": "r0", "base_url": first}, format="json")
+    wait_for(lambda: "r0" in scraped(prometheus), seconds=30)
+    labels = scraped(prometheus)["r0"]
+    assert labels["fleet"] == "sim"
+    assert labels["provider"] == "simfleet"
+    assert labels["instance"] == first.removeprefix("http://")
+    # vLLM's own metrics, read from the discovered replica.
+    query = f"{prometheus}/api/v1/query?query=vllm:num_requests_running"
+    wait_for(lambda: bool(get_json(query)["data"]["result"]), seconds=15)
+
+    api.post("/api/v1/fleets/sim/replicas", {"name": "r1", "base_url": second}, format="json")
+    wait_for(lambda: "r1" in scraped(prometheus), seconds=30)
+    api.post("/api/v1/fleets/sim/replicas/r0/drain")
+    wait_for(lambda: "r0" not in scraped(prometheus), seconds=30)
+    assert set(scraped(prometheus)) == {"r1"}
+    assert Fleet.objects.get().replicas.count() == 2
+
+
+def test_the_targets_need_a_token_that_may_read_fleets(
+    live_server: LiveServer, tenant_a_admin: User
+) -> None:
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        get_json(f"{live_server.url}/api/v1/prometheus/targets")
+    assert refused.value.code == 401
+    Fleet.objects.create(name="hidden").replicas.create(name="r0", base_url="http://10.0.0.1:8000")
+    admin = APIClient()
+    admin.force_login(tenant_a_admin)
+    assert admin.get("/api/v1/prometheus/targets").json() == []
