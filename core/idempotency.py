@@ -13,9 +13,9 @@ answer:
    `Idempotent-Replayed: true`), another request under the same key is a 422.
 
 An answer that holds a secret (`Cache-Control: no-store`: a new token or key) is kept as a 409
-saying so, never with the secret. An answer of 5xx is not kept: its transaction rolls back, and
-a retry runs again. Records are kept `TTL` (a day) and pruned by the beat; an older one no longer
-counts.
+saying so, never with the secret. An answer of 5xx, 401 or 403 is not kept: its transaction
+rolls back, and a retry runs again. Records are kept `TTL` (a day) and pruned by the beat; an
+older one no longer counts.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -71,6 +72,15 @@ def key_problem(key: str) -> str | None:
     return None
 
 
+_inside = ContextVar("inside_idempotent_request", default=False)
+
+
+def inside_idempotent_request() -> bool:
+    """Whether this code runs in an API write's idempotency transaction: what would hold locks
+    over network calls should wait for its commit."""
+    return _inside.get()
+
+
 def answer_once(
     request: HttpRequest, key: str, caller: str, respond: Callable[[HttpRequest], HttpResponse]
 ) -> HttpResponse:
@@ -88,8 +98,13 @@ def answer_once(
         except IntegrityError:
             # Another request with this key committed first (we waited for it on the index).
             return _stored(caller, key, fingerprint)
-        response = respond(request)
-        if response.status_code >= 500 or response.streaming:
+        inside = _inside.set(True)
+        try:
+            response = respond(request)
+        finally:
+            _inside.reset(inside)
+        # Not kept: a failure (a retry runs again) and a refused caller (its token may be fixed).
+        if response.status_code >= 500 or response.status_code in (401, 403) or response.streaming:
             transaction.set_rollback(True)
             return response
         record.status = response.status_code

@@ -49,7 +49,7 @@ def visible_deployments(user: User | AnonymousUser) -> QuerySet[Deployment]:
     return Deployment.objects.in_use(visible_routes(user)) | tried
 
 
-def _sees_infrastructure(user: User | AnonymousUser) -> bool:
+def sees_infrastructure(user: User | AnonymousUser) -> bool:
     return (
         isinstance(user, User)
         and user.is_active
@@ -60,7 +60,7 @@ def _sees_infrastructure(user: User | AnonymousUser) -> bool:
 def visible_fleets(user: User | AnonymousUser) -> QuerySet[Fleet]:
     """Fleets are the operators' business: release managers and viewers read them; a tenant
     admin reads none (404)."""
-    if not _sees_infrastructure(user):
+    if not sees_infrastructure(user):
         return Fleet.objects.none()
     return Fleet.objects.prefetch_related("replicas").order_by("name")
 
@@ -68,7 +68,7 @@ def visible_fleets(user: User | AnonymousUser) -> QuerySet[Fleet]:
 def deployment_list(user: User | AnonymousUser, *, state: str = "") -> QuerySet[Deployment]:
     """Every deployment for release managers and viewers (pending ones included); a tenant
     admin's visible ones."""
-    queryset = Deployment.objects.all() if _sees_infrastructure(user) else visible_deployments(user)
+    queryset = Deployment.objects.all() if sees_infrastructure(user) else visible_deployments(user)
     queryset = queryset.select_related("artifact", "fleet").order_by("-created_at")
     return queryset.filter(state=state) if state else queryset
 

@@ -40,11 +40,13 @@ from evaluation.judge.estimators import (
     shared_clusters,
 )
 from evaluation.judge.policy import DEFAULT_POLICY, Direction, Kind, MetricPolicy, Policy
-from evaluation.judge.replicas import OddReplica, odd_replica, without
+from evaluation.judge.replicas import odd_replica, without
 from evaluation.judge.report import Decision, MetricVerdict, Outcome, Report
 from evaluation.judge.samples import ArmSamples
 from evaluation.judge.sequential import mixture_bound
 
+# Latencies are what a slow host changes; set-aside replicas leave only these.
+LATENCY_SIGNALS = frozenset({"ttft_ms", "tpot_ms", "e2e_ms"})
 # The starts of the rules that say why a metric could not be judged; callers may match on them
 # (e.g. to keep looking while a blocking metric is short of samples).
 NO_DATA = "no data in either arm"
@@ -92,22 +94,27 @@ def judge(
         for name, arm in (("baseline", baseline), ("control", control), ("candidate", candidate))
         if arm is not None and (found := odd_replica(arm, name)) is not None
     )
-    baseline, candidate = (
-        without(baseline, _odd(odd, "baseline")),
-        without(candidate, _odd(odd, "candidate")),
-    )
-    control = None if control is None else without(control, _odd(odd, "control"))
-    pooled = baseline if control is None else ArmSamples.concat(baseline, control)
-    load_arms = _Arms(
-        control if control is not None else baseline,
-        candidate,
-        "control" if control is not None else "baseline",
-    )
-    other_arms = _Arms(pooled, candidate, "baseline" if control is None else "baseline+control")
     prepared = _Prepared(policy)
-    prepared.share_clusters(baseline, control, candidate, pooled)
+    everything = _arm_sets(baseline, control, candidate, prepared)
+    # A replica odd in any arm is left out of every arm's latencies (one host may serve both,
+    # as adapters on one server do); its errors, lengths and tool calls still count.
+    aside = {found.replica for found in odd}
+    latencies = everything
+    if aside:
+        latencies = _arm_sets(
+            without(baseline, aside),
+            None if control is None else without(control, aside),
+            without(candidate, aside),
+            prepared,
+        )
     verdicts = tuple(
-        _verdict(metric, load_arms if metric.load_sensitive else other_arms, prepared)
+        _verdict(
+            metric,
+            (latencies if metric.signal in LATENCY_SIGNALS else everything)[
+                0 if metric.load_sensitive else 1
+            ],
+            prepared,
+        )
         for metric in policy.metrics
     )
     decision, reason = _decide(verdicts, policy.metrics, final=final, last_step=last_step)
@@ -121,8 +128,23 @@ def judge(
     )
 
 
-def _odd(found: tuple[OddReplica, ...], arm: str) -> OddReplica | None:
-    return next((odd for odd in found if odd.arm == arm), None)
+def _arm_sets(
+    baseline: ArmSamples,
+    control: ArmSamples | None,
+    candidate: ArmSamples,
+    prepared: _Prepared,
+) -> tuple[_Arms, _Arms]:
+    """The arms load-sensitive metrics compare (the candidate with the control, when there is
+    one) and those the others compare (with the baseline and control pooled)."""
+    pooled = baseline if control is None else ArmSamples.concat(baseline, control)
+    prepared.share_clusters(baseline, control, candidate, pooled)
+    load = _Arms(
+        control if control is not None else baseline,
+        candidate,
+        "control" if control is not None else "baseline",
+    )
+    other = _Arms(pooled, candidate, "baseline" if control is None else "baseline+control")
+    return load, other
 
 
 def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVerdict:

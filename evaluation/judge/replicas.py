@@ -8,7 +8,8 @@ replicas disagree: the replica-level variance then leaves every latency metric u
 rollout waits for a person. So before each comparison the judge looks for one replica per arm
 whose median TTFT or TPOT differs from its siblings' beyond `ODD_BY`, shown at `ODD_Z` standard
 errors, and judges that arm without it; the report says which and by how much, so that a person
-can look at the host.
+can look at the host. Only latencies are judged without it: its errors, lengths and tool calls
+still count, and a replica odd in one arm is left out of every arm (one host may serve both).
 
 A regression of the model moves every replica of the candidate alike, so it is never set aside:
 only a disagreement within one deployment is. At most one replica an arm is set aside, and only
@@ -85,5 +86,5 @@ def odd_replica(arm: ArmSamples, name: str) -> OddReplica | None:
     return found[1] if found else None
 
 
-def without(arm: ArmSamples, odd: OddReplica | None) -> ArmSamples:
-    return arm if odd is None else arm.take(arm.replica != odd.replica)
+def without(arm: ArmSamples, replicas: set[str]) -> ArmSamples:
+    return arm.take(~np.isin(arm.replica, sorted(replicas))) if replicas else arm

@@ -69,8 +69,17 @@ class ReplicaInput(serializers.Serializer[dict[str, Any]]):
 
 
 class DeploymentOutput(serializers.ModelSerializer[Deployment]):
+    """A tenant admin reads which version serves a route, not the fleet's hosts: `fleet` and
+    `problems` (replica addresses) are blank for whoever may not see fleets."""
+
     artifact = serializers.CharField(source="artifact.__str__")
     fleet = serializers.CharField(source="fleet.name")
+
+    def to_representation(self, instance: Deployment) -> dict[str, Any]:
+        data = dict(super().to_representation(instance))
+        if not selectors.sees_infrastructure(self.context.get("user")):  # type: ignore[arg-type]
+            data["fleet"], data["problems"] = "", []
+        return data
 
     class Meta:
         model = Deployment
@@ -234,7 +243,7 @@ class DeploymentsView(APIView):
     def get(self, request: Request) -> Response:
         state = request.query_params.get("state", "")[:16]
         found = selectors.deployment_list(request.user, state=state)
-        return Response(DeploymentOutput(found, many=True).data)
+        return Response(DeploymentOutput(found, many=True, context={"user": request.user}).data)
 
     @extend_schema(
         request=DeploymentInput,
@@ -258,7 +267,8 @@ class DeploymentsView(APIView):
         deployment = deployments.deployment_create(
             actor=_actor(request), artifact=artifact, fleet=fleet, **values
         )
-        return Response(DeploymentOutput(deployment).data, status=status.HTTP_201_CREATED)
+        body = DeploymentOutput(deployment, context={"user": request.user}).data
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class DeploymentView(APIView):
@@ -267,9 +277,8 @@ class DeploymentView(APIView):
 
     @extend_schema(responses=DeploymentOutput, operation_id="deployments_get")
     def get(self, request: Request, deployment_id: int) -> Response:
-        return Response(
-            DeploymentOutput(selectors.deployment_for(request.user, deployment_id)).data
-        )
+        found = selectors.deployment_for(request.user, deployment_id)
+        return Response(DeploymentOutput(found, context={"user": request.user}).data)
 
     @extend_schema(
         responses=DeploymentOutput,
@@ -280,7 +289,7 @@ class DeploymentView(APIView):
     def delete(self, request: Request, deployment_id: int) -> Response:
         selectors.deployment_for(request.user, deployment_id)
         retired = deployments.deployment_delete(actor=_actor(request), deployment_id=deployment_id)
-        return Response(DeploymentOutput(retired).data)
+        return Response(DeploymentOutput(retired, context={"user": request.user}).data)
 
 
 # --- routes --------------------------------------------------------------------------------------

@@ -113,6 +113,8 @@ def deployment_prepare(*, deployment_id: int, now: dt.datetime | None = None) ->
                 data={"problems": problems},
             )
             gateway_snapshot_changed()
+    if changed and state == DeploymentState.FAILED:
+        teardown(deployment)  # what did load must not be served under this name later
     return state
 
 
@@ -154,7 +156,10 @@ def deployment_delete(*, actor: User | None, deployment_id: int) -> Deployment:
         raise Conflict(
             f"deployment {deployment.pk} ({deployment}) serves traffic: used by " + ", ".join(users)
         )
-    if deployment.state in (DeploymentState.RETIRED, DeploymentState.FAILED):
+    if deployment.state == DeploymentState.FAILED:
+        teardown(deployment)  # best effort, again: a replica may have come back since
+        return deployment
+    if deployment.state == DeploymentState.RETIRED:
         return deployment
     deployment_retire(deployment_id=deployment.pk, actor=actor, reason="deleted")
     deployment.refresh_from_db()

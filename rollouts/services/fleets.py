@@ -58,13 +58,6 @@ def fleet_create(
     return fleet
 
 
-def fleet_named(name: str) -> Fleet:
-    fleet = Fleet.objects.filter(name=name).first()
-    if fleet is None:
-        raise NotFound(f"no fleet named {name!r}")
-    return fleet
-
-
 def fleet_delete(*, actor: User | None, name: str) -> None:
     actor = require_release_manager(actor, "delete fleets")
     with transaction.atomic():
@@ -119,9 +112,16 @@ def replica_drain(*, actor: User | None, replica_id: int) -> Replica:
     """Takes the replica out of the gateway's routing (requests in flight finish)."""
     actor = require_release_manager(actor, "drain replicas")
     with transaction.atomic():
-        replica = Replica.objects.select_for_update().get(pk=replica_id)
+        replica = Replica.objects.select_for_update().select_related("fleet").get(pk=replica_id)
         if replica.state == ReplicaState.DRAINING:
             return replica
+        others = replica.fleet.replicas.filter(state=ReplicaState.ACTIVE).exclude(pk=replica.pk)
+        serving = Deployment.objects.in_use().filter(fleet=replica.fleet).exists()
+        if serving and not others.select_for_update().exists():
+            raise Conflict(
+                f"replica {replica} is the last active one of a fleet that serves traffic; "
+                "add another replica first"
+            )
         previous = replica.state
         replica.state = ReplicaState.DRAINING
         replica.save(update_fields=["state"])

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from core.audit import audit_record
 from core.errors import Conflict, DomainError, NotFound, PermissionDenied
+from core.idempotency import inside_idempotent_request
 from core.publication import gateway_snapshot_changed
 from core.tasks import task_enqueue_after_commit
 from registry.selectors import gates_cleared
@@ -200,7 +201,16 @@ def rollout_start(*, actor: User | None, rollout_id: int) -> Rollout:
     """Into preflight, and through it at once when the candidate is ready; otherwise the tick
     keeps checking until the plan's progress deadline."""
     rollout_transition(rollout_id=rollout_id, to=S.PREFLIGHT, actor=actor, reason="start")
-    rollout_preflight(rollout_id=rollout_id)
+    candidate_ready = Rollout.objects.filter(
+        pk=rollout_id, candidate__state=DeploymentState.READY
+    ).exists()
+    if inside_idempotent_request() and not candidate_ready:
+        # Getting a candidate ready loads adapters and probes replicas over the network: not
+        # while a caller's transaction (an API write under an Idempotency-Key) holds the
+        # rollout's lock. The tick would get to it too; this is sooner.
+        transaction.on_commit(lambda: rollout_preflight(rollout_id=rollout_id), robust=True)
+    else:
+        rollout_preflight(rollout_id=rollout_id)
     return Rollout.objects.get(pk=rollout_id)
 
 
@@ -234,7 +244,7 @@ def rollout_preflight(*, rollout_id: int, now: dt.datetime | None = None) -> Non
                     evidence={"problems": problems + not_ready},
                 )
             return
-        Deployment.objects.filter(pk=candidate.pk).update(state=DeploymentState.READY)
+        Deployment.objects.filter(pk=candidate.pk).update(state=DeploymentState.READY, problems=[])
     rollout_transition(
         rollout_id=rollout.pk,
         to=RolloutState.RUNNING,

@@ -4,6 +4,7 @@ use them, and deleted only when nothing is on them."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import secrets
 
 from django.db import IntegrityError, transaction
@@ -17,6 +18,7 @@ from rollouts.models import Deployment, Rollout, Route
 from rollouts.services.common import require_release_manager
 from tenants.models import Tenant, UsageRollup, User
 
+ROUTE_NAME = re.compile(r"[A-Za-z0-9._:-]+(/[A-Za-z0-9._:-]+)*")
 # /rollouts/routes/new/ is the page that creates routes.
 RESERVED_NAMES = frozenset({"new"})
 # A route that served requests this recently is in use, whoever its tenants are.
@@ -41,8 +43,11 @@ def route_create(
 ) -> Route:
     """A route on a ready baseline; `tenant_slugs` empty opens it to every tenant."""
     actor = require_release_manager(actor, "create routes")
-    if not name.strip() or len(name) > 100:
-        raise DomainError("name: 1 to 100 characters, the model name clients send")
+    if len(name) > 100 or not ROUTE_NAME.fullmatch(name) or name.rsplit("/", 1)[-1] == "rules":
+        raise DomainError(
+            "name: the model name clients send: 1 to 100 letters, digits and . _ : - in parts "
+            "separated by / (e.g. support-chat or acme/llama-3-8b), not ending in /rules"
+        )
     if name in RESERVED_NAMES:
         raise DomainError(f"name: {name!r} is reserved (a page's address); choose another")
     if baseline.state != DeploymentState.READY:

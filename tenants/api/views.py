@@ -268,6 +268,8 @@ class ApiTokensView(APIView):
         data = s.ApiTokenCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
+        if isinstance(request.auth, ApiToken):
+            _no_wider_than(request.auth, values["scopes"], values["expires_at"])
         token, secret = accounts.api_token_create(
             actor=user,
             user=user,
@@ -277,6 +279,21 @@ class ApiTokensView(APIView):
         )
         body = {**s.ApiTokenOutput(token).data, "secret": secret}
         return Response(body, status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})
+
+
+def _no_wider_than(caller: ApiToken, scopes: list[str], expires_at: Any) -> None:
+    """A token makes tokens narrower than itself, never wider or longer-lived."""
+    beyond = sorted(set(scopes) - set(caller.scopes))
+    if beyond:
+        raise PermissionDenied(
+            f"this token may give only the scopes it holds ({', '.join(caller.scopes)}); "
+            f"not {', '.join(beyond)}"
+        )
+    if caller.expires_at is not None and (expires_at is None or expires_at > caller.expires_at):
+        raise PermissionDenied(
+            f"this token expires at {caller.expires_at.isoformat()}: a token it makes must "
+            "expire by then (give expires_at)"
+        )
 
 
 class ApiTokenRevokeView(APIView):

@@ -63,8 +63,9 @@ def tollgate(server: str, ci_token: str) -> Invoke:
 
 @pytest.fixture
 def token_maker(ci_user: User) -> str:
-    """A token of the CI user that may make tokens (ci_token may not)."""
-    scopes = [Scope.TOKENS_WRITE, Scope.ROLLOUTS_READ]
+    """A token of the CI user that may make tokens (ci_token may not), as wide as the tokens the
+    tests make with it (a token gives no scope it does not hold)."""
+    scopes = [Scope.TOKENS_WRITE, Scope.ROLLOUTS_READ, Scope.REGISTRY_READ, Scope.REGISTRY_WRITE]
     _, secret = api_token_create(actor=None, user=ci_user, name="maker", scopes=scopes)
     return secret
 

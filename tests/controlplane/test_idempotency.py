@@ -210,3 +210,12 @@ def test_a_retried_deployment_create_makes_one_deployment(
     assert again["Idempotent-Replayed"] == "true"
     assert Deployment.objects.count() == 1
     assert AuditEvent.objects.filter(action="deployment.created").count() == 1
+
+
+def test_a_refused_caller_is_not_kept(route: Route, candidate: Deployment) -> None:
+    client = Client(headers={"Authorization": "Bearer tg_not-a-token", "Idempotency-Key": "k1"})
+    answer = client.post(
+        "/api/v1/rollouts", rollout_body(candidate), content_type="application/json"
+    )
+    assert answer.status_code == 401
+    assert not IdempotencyRecord.objects.exists()

@@ -236,3 +236,35 @@ def test_deploying_the_same_artifact_again_returns_the_live_deployment(
     assert other.status_code == 409
     assert "by support-chat:v1" in other.json()["detail"]
     assert Deployment.objects.count() == 1
+
+
+def test_review_findings_hold(
+    pipeline: APIClient, tenant_a_admin: User, redis_client: redis.Redis
+) -> None:
+    fleet = Fleet.objects.create(name="gpu-a")
+    fleet.replicas.create(name="r0", base_url="http://10.0.0.7:8000")
+    serving = Deployment.objects.create(
+        artifact=register(version="v1"),
+        fleet=fleet,
+        served_model_name="chat",
+        state="ready",
+        problems=["r0: HTTPConnectionPool(host='10.0.0.7')"],
+    )
+    Route.objects.create(name="chat", baseline=serving)
+    # A route name a URL cannot carry is refused, not stored to break the routes page.
+    bad = post(pipeline, "routes", {"name": "chat\nx", "baseline_deployment": serving.pk})
+    assert bad.status_code == 400
+    assert "letters, digits" in bad.json()["detail"]
+    assert (
+        post(pipeline, "routes", {"name": "a/rules", "baseline_deployment": serving.pk}).status_code
+        == 400
+    )
+    # The last active replica of a serving fleet is not drained away.
+    drained = post(pipeline, "fleets/gpu-a/replicas/r0/drain")
+    assert drained.status_code == 409
+    assert "last active one" in drained.json()["detail"]
+    # A tenant admin reads which version serves a route, not the fleet's hosts.
+    admin = APIClient()
+    admin.force_login(tenant_a_admin)
+    shown = admin.get("/api/v1/routes/chat").json()["baseline"]
+    assert (shown["artifact"], shown["fleet"], shown["problems"]) == ("support-chat:v1", "", [])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from io import StringIO
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -53,7 +54,9 @@ def test_a_token_never_holds_more_than_its_owners_role(viewer: User) -> None:
 def test_a_token_with_tokens_write_issues_a_token_shown_once_that_works(
     release_manager: User,
 ) -> None:
-    client = bearer(token_of(release_manager, Scope.TOKENS_WRITE))
+    client = bearer(
+        token_of(release_manager, Scope.TOKENS_WRITE, Scope.ROLLOUTS_READ, Scope.ROLLOUTS_WRITE)
+    )
     later = (timezone.now() + dt.timedelta(days=90)).isoformat()
     response = client.post(
         "/api/v1/tokens",
@@ -76,7 +79,10 @@ def test_a_token_with_tokens_write_issues_a_token_shown_once_that_works(
         ["rollouts:read", "rollouts:write"],
     )
     listed = client.get("/api/v1/tokens").json()
-    assert {t["name"] for t in listed} == {"tokens:write", "deploy-pipeline"}
+    assert {t["name"] for t in listed} == {
+        "tokens:write-rollouts:read-rollouts:write",
+        "deploy-pipeline",
+    }
     assert all("secret" not in t for t in listed)
     event = AuditEvent.objects.get(action="api_token.created", data__name="deploy-pipeline")
     assert event.actor_id == release_manager.pk
@@ -96,7 +102,7 @@ def test_the_api_refuses_tokens_without_the_scope_and_scopes_beyond_the_role(
     wider = viewers.post(
         "/api/v1/tokens", {"name": "x", "scopes": ["rollouts:write"]}, format="json"
     )
-    assert wider.status_code == 400
+    assert wider.status_code == 403  # beyond the token, and beyond a viewer's role anyway
     assert "not rollouts:write" in str(wider.json())
     unknown = viewers.post("/api/v1/tokens", {"name": "x", "scopes": ["root"]}, format="json")
     assert unknown.status_code == 400
@@ -107,7 +113,7 @@ def test_the_api_refuses_tokens_without_the_scope_and_scopes_beyond_the_role(
 def test_a_revoked_token_is_refused_and_nobody_revokes_anothers(
     release_manager: User, viewer: User
 ) -> None:
-    own = bearer(token_of(release_manager, Scope.TOKENS_WRITE))
+    own = bearer(token_of(release_manager, Scope.TOKENS_WRITE, Scope.ROLLOUTS_READ))
     victim = token_of(viewer, Scope.TOKENS_WRITE, Scope.ROLLOUTS_READ)
     victim_id = ApiToken.objects.get(token_hash=hash_secret(victim)).pk
     assert own.post(f"/api/v1/tokens/{victim_id}/revoke").status_code == 404
@@ -219,3 +225,50 @@ def test_the_forms_need_their_csrf_token(viewer: User) -> None:
     forged = client.post("/account/tokens/new", {"name": "x", "scopes": ["rollouts:read"]})
     assert forged.status_code == 403
     assert not ApiToken.objects.filter(user=viewer).exists()
+
+
+def test_a_token_makes_no_token_wider_or_longer_lived_than_itself(release_manager: User) -> None:
+    soon = timezone.now() + dt.timedelta(hours=1)
+    _, secret = api_token_create(
+        actor=None,
+        user=release_manager,
+        name="ci",
+        scopes=[Scope.TOKENS_WRITE, Scope.ROLLOUTS_READ],
+        expires_at=soon,
+    )
+    client = bearer(secret)
+    wider = client.post(
+        "/api/v1/tokens",
+        {"name": "x", "scopes": ["rollouts:write"], "expires_at": soon.isoformat()},
+        format="json",
+    )
+    assert wider.status_code == 403
+    assert "not rollouts:write" in wider.json()["detail"]
+    forever = client.post(
+        "/api/v1/tokens", {"name": "x", "scopes": ["rollouts:read"]}, format="json"
+    )
+    assert forever.status_code == 403
+    assert "must expire by then" in forever.json()["detail"]
+    narrower = client.post(
+        "/api/v1/tokens",
+        {"name": "x", "scopes": ["rollouts:read"], "expires_at": soon.isoformat()},
+        format="json",
+    )
+    assert narrower.status_code == 201
+    assert ApiToken.objects.filter(user=release_manager).count() == 2
+
+
+def test_prometheus_gets_a_fresh_read_only_token_and_the_old_one_is_revoked(
+    tmp_path: Path, release_manager: User
+) -> None:
+    path = tmp_path / "token"
+    call_command("prometheus_sd_token", str(path), stdout=StringIO())
+    first = path.read_text()
+    call_command("prometheus_sd_token", str(path), stdout=StringIO())
+    assert bearer(first).get("/api/v1/prometheus/targets").status_code == 401
+    assert bearer(path.read_text()).get("/api/v1/prometheus/targets").status_code == 200
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert AuditEvent.objects.filter(action="api_token.revoked").count() == 1
+    User.objects.filter(username="prometheus").update(role="release_manager")
+    with pytest.raises(CommandError, match="not the viewer"):
+        call_command("prometheus_sd_token", str(path), stdout=StringIO())

@@ -1,13 +1,13 @@
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 from django.utils import timezone
 
 from tenants.choices import Role, Scope
 from tenants.models import ApiToken, User
-from tenants.services.accounts import api_token_create, user_create
+from tenants.services.accounts import api_token_create, api_token_revoke, user_create
 
 USERNAME = "prometheus"
 TOKEN_NAME = "prometheus-sd"  # noqa: S105 -- a name, not a secret
@@ -28,8 +28,17 @@ class Command(BaseCommand):
             user = User.objects.filter(username=USERNAME).first() or user_create(
                 actor=None, username=USERNAME, role=Role.VIEWER
             )
+            if user.role != Role.VIEWER:
+                raise CommandError(
+                    f"the user {USERNAME!r} is a {user.get_role_display().lower()}, not the "
+                    "viewer this command keeps for Prometheus: rename that user"
+                )
             now = timezone.now()
-            ApiToken.objects.filter(user=user, revoked_at=None).update(revoked_at=now)
+            previous = ApiToken.objects.filter(
+                user=user, revoked_at=None, name__startswith=TOKEN_NAME
+            )
+            for token in previous:
+                api_token_revoke(actor=None, token_id=token.pk)
             _, secret = api_token_create(
                 actor=None,
                 user=user,
