@@ -186,7 +186,9 @@ def test_drift_shared_by_a_replicas_requests_does_not_roll_back_a_healthy_candid
         return replace(
             arm,
             replica=np.array([f"own-{i}" for i in range(len(arm))]),
-            ts=1.7e9 + 60.0 * np.arange(len(arm)) + (arm is candidate) * 30.0,
+            ts=np.asarray(
+                1.7e9 + 60.0 * np.arange(len(arm)) + (arm is candidate) * 30.0, dtype=np.float64
+            ),
         )
 
     as_independent = judge(alone(baseline), alone(candidate), final=False)
