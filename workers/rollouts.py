@@ -15,7 +15,7 @@ from rollouts.models import Rollout, RolloutEvent, Webhook
 from rollouts.services.deployments import (
     deployment_prepare,
     deployment_retire,
-    deployments_prepare,
+    pending_deployments,
 )
 from rollouts.services.replicas import replicas_probe
 from rollouts.services.saturation import deployments_saturation_update
@@ -25,6 +25,8 @@ from rollouts.webhooks import deliver
 # rollout (a tick delivered twice, a redelivery after a crash) never decide it at once. The lease
 # outlives a normal advance and expires on its own if its holder dies.
 LEASE_MS = 15_000
+# A prepare's lease outlives its task's time limit.
+PREPARE_LEASE_MS = 130_000
 RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -85,14 +87,25 @@ def retire(*, deployment_id: int) -> None:
     name="rollouts.prepare_deployment", acks_late=True, time_limit=120, soft_time_limit=100
 )
 def prepare_deployment(*, deployment_id: int) -> None:
-    """Gets a new deployment ready at once (the sweep below retries it; idempotent)."""
-    deployment_prepare(deployment_id=deployment_id)
+    """Gets a pending deployment ready (idempotent). Under a lease, so that the task sent at
+    create and the sweep's never load and probe the same deployment at once."""
+    client = get_redis()
+    key = f"tollgate:deployments:lease:{deployment_id}"
+    token = secrets.token_hex(8)
+    if not client.set(key, token, nx=True, px=PREPARE_LEASE_MS):
+        return  # another worker is preparing it right now
+    try:
+        deployment_prepare(deployment_id=deployment_id)
+    finally:
+        client.eval(RELEASE, 1, key, token)
 
 
-@shared_task(name="rollouts.prepare_deployments", time_limit=120, soft_time_limit=100)
+@shared_task(name="rollouts.prepare_deployments", time_limit=30, soft_time_limit=25)
 def prepare_deployments() -> None:
-    """Retries every pending deployment until it is ready or past its deadline (idempotent)."""
-    deployments_prepare()
+    """Sends a prepare for every pending deployment (each its own task: one fleet of unreachable
+    replicas does not hold up the others) until each is ready or past its deadline."""
+    for deployment_id in pending_deployments():
+        prepare_deployment.delay(deployment_id=deployment_id)
 
 
 @shared_task(name="rollouts.probe_replicas", time_limit=60, soft_time_limit=50)

@@ -118,14 +118,11 @@ def deployment_prepare(*, deployment_id: int, now: dt.datetime | None = None) ->
     return state
 
 
-def deployments_prepare() -> int:
-    """Prepares every pending deployment (the beat's sweep); returns how many it looked at."""
-    pending = list(
+def pending_deployments() -> list[int]:
+    """The deployments the workers still have to get ready."""
+    return list(
         Deployment.objects.filter(state=DeploymentState.PENDING).values_list("pk", flat=True)
     )
-    for deployment_id in pending:
-        deployment_prepare(deployment_id=deployment_id)
-    return len(pending)
 
 
 def deployment_users(deployment: Deployment) -> list[str]:

@@ -27,6 +27,7 @@ from rollouts.services.rules import route_rule_create
 from rollouts.webhooks import SIGNATURE_HEADER, webhook_create
 from tenants.models import User
 from tests.conftest import stored
+from tests.factories import DeploymentFactory
 from workers import rollouts as rollout_tasks
 
 S = RolloutState
@@ -130,3 +131,26 @@ def test_a_deployment_nothing_uses_is_retired(
     rollout_tasks.retire(deployment_id=candidate.pk)
     candidate.refresh_from_db()
     assert candidate.state == "retired"
+
+
+def test_a_held_lease_makes_a_second_prepare_a_no_op_and_the_sweep_sends_one_each(
+    db: None, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pending = DeploymentFactory.create(state="pending")  # its fleet has no replica
+    redis_client.set(f"tollgate:deployments:lease:{pending.pk}", "someone-else", px=5000)
+    rollout_tasks.prepare_deployment(deployment_id=pending.pk)
+    pending.refresh_from_db()
+    assert pending.problems == []  # not looked at while another worker holds it
+    redis_client.delete(f"tollgate:deployments:lease:{pending.pk}")
+    rollout_tasks.prepare_deployment(deployment_id=pending.pk)
+    pending.refresh_from_db()
+    assert (pending.state, pending.problems) == ("pending", ["no active replica in the fleet"])
+    assert not redis_client.exists(f"tollgate:deployments:lease:{pending.pk}")
+
+    sent: list[int] = []
+    monkeypatch.setattr(
+        rollout_tasks.prepare_deployment, "delay", lambda deployment_id: sent.append(deployment_id)
+    )
+    DeploymentFactory.create(state="ready")
+    rollout_tasks.prepare_deployments()
+    assert sent == [pending.pk]
