@@ -17,8 +17,12 @@ Miller's two-way clustering):
   arms (adapters on one server) cancel like windows do. Only what lies beyond the (replica,
   window) cells, which the window level already counts, is added.
 
-The variance is never less than that under independence: a correlation that happens to be
-negative in a sample is noise, not information. Nothing here resamples: the engine judges every
+The variance is never less than what independence gives for the spread within each (replica,
+window) cell: a correlation that happens to be negative in a sample is noise, not information,
+while what the whole fleet's load moves at once is left to the windows, where it cancels. (With
+four replicas an arm the replica level is read from eight clusters and is itself noisy: strong,
+minutes-long drift per replica is the case the calibration shows it undercounting; see the
+README.) Nothing here resamples: the engine judges every
 live rollout every 2 s over tens of thousands of requests, and these cost a few sums.
 
 Quantiles read their density from the order statistics (the values at ranks n*q -/+ 2
