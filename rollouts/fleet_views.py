@@ -95,7 +95,7 @@ def replica_change(request: SignedInRequest, name: str, replica: str, action: st
         raise Http404(f"no replica action {action!r}: drain or remove")
     actor = release_manager(request, to="change replicas")
     with domain_errors_as_http():
-        found = fleets.replica_named(selectors.fleet_for(request.user, name), replica)
+        found = selectors.replica_of(request.user, name, replica)
     try:
         if action == "drain":
             fleets.replica_drain(actor=actor, replica_id=found.pk)

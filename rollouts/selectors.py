@@ -12,7 +12,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from core.errors import NotFound
 from rollouts.choices import LIVE_STATES, ReplicaState
-from rollouts.models import Deployment, Fleet, PlanTemplate, Rollout, Route, RouteRule
+from rollouts.models import Deployment, Fleet, PlanTemplate, Replica, Rollout, Route, RouteRule
 from tenants.choices import Role
 from tenants.models import Tenant, User
 
@@ -63,6 +63,13 @@ def visible_fleets(user: User | AnonymousUser) -> QuerySet[Fleet]:
     if not sees_infrastructure(user):
         return Fleet.objects.none()
     return Fleet.objects.prefetch_related("replicas").order_by("name")
+
+
+def replica_of(user: User | AnonymousUser, fleet_name: str, name: str) -> Replica:
+    replica = fleet_for(user, fleet_name).replicas.filter(name=name).first()
+    if replica is None:
+        raise NotFound(f"fleet {fleet_name} has no replica named {name!r}")
+    return replica
 
 
 def deployment_list(user: User | AnonymousUser, *, state: str = "") -> QuerySet[Deployment]:

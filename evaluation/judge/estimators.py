@@ -73,11 +73,6 @@ class Clusters:
         cells: Ints = self.replica * self.windows + self.window
         return cells
 
-    @classmethod
-    def of(cls, replica: npt.NDArray[np.str_], ts: Floats) -> Clusters:
-        """One arm's clusters (`shared_clusters` for arms that are compared)."""
-        return shared_clusters([(replica, ts)])[0]
-
 
 def shared_clusters(arms: Sequence[tuple[npt.NDArray[np.str_], Floats]]) -> list[Clusters]:
     """The clusters of several arms' requests (replica names, arrival times) on one numbering."""

@@ -210,8 +210,7 @@ class ReplicaView(APIView):
         "it first.",
     )
     def delete(self, request: Request, name: str, replica: str) -> Response:
-        fleet = selectors.fleet_for(request.user, name)
-        found = fleets.replica_named(fleet, replica)
+        found = selectors.replica_of(request.user, name, replica)
         fleets.replica_remove(actor=_actor(request), replica_id=found.pk)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -222,8 +221,7 @@ class ReplicaDrainView(APIView):
 
     @extend_schema(request=None, responses=ReplicaOutput, operation_id="replicas_drain")
     def post(self, request: Request, name: str, replica: str) -> Response:
-        fleet = selectors.fleet_for(request.user, name)
-        found = fleets.replica_named(fleet, replica)
+        found = selectors.replica_of(request.user, name, replica)
         drained = fleets.replica_drain(actor=_actor(request), replica_id=found.pk)
         return Response(ReplicaOutput(drained).data)
 

@@ -101,13 +101,6 @@ def replica_add(*, actor: User | None, fleet: Fleet, name: str, base_url: str) -
     return replica
 
 
-def replica_named(fleet: Fleet, name: str) -> Replica:
-    replica = fleet.replicas.filter(name=name).first()
-    if replica is None:
-        raise NotFound(f"fleet {fleet.name} has no replica named {name!r}")
-    return replica
-
-
 def replica_drain(*, actor: User | None, replica_id: int) -> Replica:
     """Takes the replica out of the gateway's routing (requests in flight finish)."""
     actor = require_release_manager(actor, "drain replicas")

@@ -55,7 +55,8 @@ def test_arms_share_the_numbering_of_their_windows_and_replicas() -> None:
     assert one.window[2] == two.window[1] != one.window[0]
     assert one.replica[2] == two.replica[1]  # replica b serves both arms
     assert len({one.replica[0], one.replica[2], two.replica[0]}) == 3
-    assert len(Clusters.of(np.array([], dtype=np.str_), np.array([]))) == 0
+    (empty,) = shared_clusters([(np.array([], dtype=np.str_), np.array([]))])
+    assert len(empty) == 0
 
 
 def test_a_replica_unlike_the_others_for_the_whole_window_widens_the_error() -> None:
