@@ -5,7 +5,8 @@ is worse, and both bounds anytime-valid (see `sequential`), so that looking on e
 a step or resuming it cannot inflate them:
 
 - fail: harm - bound > fail margin. The candidate is shown worse than its fail margin; the bound
-  is at the metric's share of the rollout's alpha (`Policy.alpha_of`).
+  is at the metric's share of the rollout's alpha (`Policy.alpha_of`). For rates the same number
+  of standard errors is read on the arcsine-square-root scale (`estimators.RateCounts`).
 - pass: harm + bound < pass margin. The candidate is shown worse by less than its pass margin;
   the bound is at `pass_alpha`. A pass counts at the end of a step only.
 - inconclusive: otherwise; and always when an arm has too few samples or neither has any.
@@ -172,7 +173,13 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
     fail_bound = mixture_bound(estimate.se, alpha=alpha, scale=pass_margin)
     pass_bound = mixture_bound(estimate.se, alpha=policy.pass_alpha, scale=pass_margin)
     harm = sign * estimate.theta
-    at_least, at_most = harm - fail_bound, harm + pass_bound
+    if estimate.counts is not None and estimate.se > 0:
+        # Rates: the same bound in standard errors, read on the arcsine scale (`RateCounts`).
+        at_least = estimate.counts.harm_at_least(fail_bound / estimate.se, sign=sign)
+        fail_bound = max(harm - at_least, 0.0)
+    else:
+        at_least = harm - fail_bound
+    at_most = harm + pass_bound
     low, high = estimate.theta - fail_bound, estimate.theta + fail_bound
     difference = _difference(metric, estimate)
     shown = f"{_show(metric, difference)} against the {arms.name}"

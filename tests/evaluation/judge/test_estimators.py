@@ -10,6 +10,7 @@ from scipy.stats import norm
 
 from evaluation.judge.estimators import (
     Clusters,
+    RateCounts,
     RateSample,
     SortedSample,
     compare,
@@ -19,6 +20,7 @@ from evaluation.judge.estimators import (
     ratio_summary,
     shared_clusters,
 )
+from evaluation.judge.sequential import mixture_bound
 
 
 def each_alone(n: int) -> Clusters:
@@ -163,3 +165,61 @@ def test_zero_means_and_missing_costs_are_not_compared() -> None:
     assert math.isnan(mean_summary(np.zeros(10), ids).scaled)
     assert math.isnan(ratio_summary(np.zeros(10), np.ones(10), ids).scaled)
     assert math.isnan(ratio_summary(np.ones(10), np.zeros(10), ids).scaled)
+
+
+def test_the_rate_bound_is_the_root_of_the_arcsine_statistic_nearest_the_estimate() -> None:
+    for sign, counts in (
+        (1.0, RateCounts(100, 20_000, 72, 3600)),
+        (1.0, RateCounts(2, 2000, 12, 400)),
+        (-1.0, RateCounts(19_000, 20_000, 4250, 5000)),
+    ):
+        at_least = counts.harm_at_least(4.0, sign=sign)
+        assert counts.statistic(at_least, sign=sign) == pytest.approx(4.0, abs=1e-4)
+        # Every harm between it and the estimate is exceeded by less.
+        observed = sign * (counts.events_candidate / counts.n_candidate)
+        observed -= sign * (counts.events_reference / counts.n_reference)
+        for harm in np.linspace(at_least, observed, 7)[1:]:
+            assert counts.statistic(float(harm), sign=sign) < 4.0
+    # Nothing is exceeded when the data say little: the least harm possible comes back.
+    assert RateCounts(0, 500, 3, 400).harm_at_least(4.0, sign=1.0) == pytest.approx(-0.375 / 500.75)
+
+
+def test_a_rate_well_past_its_margin_is_shown_so_where_the_wald_bound_is_not() -> None:
+    # 2% errors on 1,200 requests against 0.5% on 20,000: the Wald error reads the candidate's
+    # spread at 2%, and four of them reach below the 0.1-point margin; on the arcsine scale the
+    # spread is that of the count whatever its level.
+    reference, candidate = 100, 24
+    counts = RateCounts(reference, 20_000, candidate, 1200)
+    wald = math.sqrt(0.02 * 0.98 / 1200 + 0.005 * 0.995 / 20_000)
+    assert 0.015 - 4 * wald < 0.001 < counts.harm_at_least(4.0, sign=1.0)
+    # A design effect (dependent requests) widens it as it widens the Wald error.
+    wider = RateCounts(reference, 20_000, candidate, 1200, design_effect=1.5)
+    assert wider.harm_at_least(4.0, sign=1.0) < counts.harm_at_least(4.0, sign=1.0)
+
+
+def test_a_rare_rate_at_its_margin_read_every_look_crosses_within_alpha() -> None:
+    # The rollout's error rate exactly at its fail margin (0.5% -> 0.6%), read at every look of
+    # the 5% and 25% steps (the reference pooled with the control), at the error rate's alpha.
+    # A test that reads the spread at the margin (a score test) crosses here at about ten times
+    # alpha: a handful of events is too skewed for a normal bound at alpha 0.001.
+    rng = np.random.default_rng(20261202)
+    alpha, margin, runs = 0.001, 0.001, 4000
+    looks = [(20, 380)] * 15 + [(200, 600)] * 15  # requests per look: candidate, reference
+    crossed = 0
+    for _ in range(runs):
+        events_c = events_r = 0.0
+        n_c = n_r = 0
+        for candidate, reference in looks:
+            events_c += rng.binomial(candidate, 0.006)
+            events_r += rng.binomial(reference, 0.005)
+            n_c, n_r = n_c + candidate, n_r + reference
+            if n_c < 200:
+                continue
+            counts = RateCounts(events_r, n_r, events_c, n_c)
+            share_c, share_r = (events_c + 1) / (n_c + 2), (events_r + 1) / (n_r + 2)
+            se = math.sqrt(share_c * (1 - share_c) / (n_c + 2) + share_r * (1 - share_r) / n_r)
+            z = mixture_bound(se, alpha=alpha, scale=0.01) / se
+            if counts.statistic(margin, sign=1.0) > z:
+                crossed += 1
+                break
+    assert crossed <= alpha * runs
