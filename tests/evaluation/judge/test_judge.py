@@ -54,7 +54,7 @@ def test_identical_arms_pass_every_metric_and_the_step(rng: np.random.Generator)
     baseline, candidate = make_arm(rng, 20_000, tools=0.5), make_arm(rng, 20_000, tools=0.5)
     report = judge(baseline, candidate, final=True)
     assert report.decision is Decision.PROMOTE
-    assert report.reason == "every blocking metric with data passed (11 passed)"
+    assert report.reason == "every blocking metric with data passed (12 passed)"
     unpassed = [v.metric for v in report.verdicts if v.outcome is not Outcome.PASS]
     # Nobody sent feedback: that metric has no data and does not apply.
     assert unpassed == ["feedback_positive_rate"]

@@ -77,6 +77,7 @@ def test_the_rollouts_alpha_is_split_between_guardrails_and_the_judges_metrics_b
 def test_the_default_metrics_ask_one_question_each() -> None:
     assert [m.name for m in DEFAULT_POLICY.metrics] == [
         "ttft_p50",
+        "ttft_p90",
         "ttft_p95",
         "ttft_p99",
         "tpot_p50",
@@ -94,5 +95,6 @@ def test_the_default_metrics_ask_one_question_each() -> None:
 def test_tail_quantiles_wait_for_enough_samples_beyond_them() -> None:
     floors = {m.name: m.min_samples for m in DEFAULT_POLICY.metrics}
     assert floors["ttft_p50"] == 200
+    assert floors["ttft_p90"] == 500
     assert floors["ttft_p95"] == 1000
     assert floors["ttft_p99"] == 5000
