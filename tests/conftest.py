@@ -7,13 +7,16 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from django.core.management import call_command
 from django.utils import timezone
 from pytest_django.fixtures import Settings as SettingsWrapper
+from pytest_django.live_server_helper import LiveServer
 from rest_framework.test import APIClient
 
 from core.redis import get_redis
@@ -303,6 +306,43 @@ def _http_ok(url: str) -> bool:
             return bool(response.status == 200)
     except OSError:
         return False
+
+
+@pytest.fixture
+def prometheus_sd(tmp_path: Path, live_server: LiveServer) -> Iterator[str]:
+    """A real Prometheus that learns what to scrape from the control plane (`http_sd_configs` on
+    /api/v1/prometheus/targets, with a viewer's read-only token), every second; its URL."""
+    token_file = tmp_path / "token"
+    call_command("prometheus_sd_token", str(token_file), stdout=StringIO())
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        "  - job_name: fleet\n"
+        "    http_sd_configs:\n"
+        f"      - url: {live_server.url}/api/v1/prometheus/targets\n"
+        "        refresh_interval: 1s\n"
+        f"        authorization: {{type: Bearer, credentials_file: {token_file}}}\n"
+    )
+    port = free_port()
+    with (tmp_path / "prometheus.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                "prometheus",
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _http_ok(f"{url}/-/ready"), seconds=30)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
 
 
 @pytest.fixture(scope="session")

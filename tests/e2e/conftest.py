@@ -27,6 +27,7 @@ from rollouts.models import Deployment, Rollout, Route
 from tenants.services.accounts import tenant_create
 from tenants.services.gateway_keys import api_key_create
 from tests.conftest import ROOT
+from tests.e2e.release import phases as phases  # the fixture, for every test here
 from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.gateway.conftest import GatewayLauncher, GatewayProcess, wait_for_version
 from tests.registry.factories import register

@@ -5,16 +5,13 @@ when it is drained."""
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from pytest_django.live_server_helper import LiveServer
 from rest_framework.test import APIClient
 
@@ -22,7 +19,7 @@ from rollouts.models import Fleet
 from tenants.choices import Scope
 from tenants.models import User
 from tenants.services.accounts import api_token_create
-from tests.conftest import _http_ok, free_port, wait_for
+from tests.conftest import wait_for
 from tests.simfleet.harness import Fleet as SimFleet
 from tests.simfleet.harness import FleetLauncher, model
 
@@ -41,41 +38,6 @@ def get_json(url: str) -> Any:
         return json.load(response)
 
 
-@pytest.fixture
-def prometheus(tmp_path: Path, live_server: LiveServer) -> Iterator[str]:
-    token_file = tmp_path / "token"
-    call_command("prometheus_sd_token", str(token_file), stdout=StringIO())
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        "  - job_name: fleet\n"
-        "    http_sd_configs:\n"
-        f"      - url: {live_server.url}/api/v1/prometheus/targets\n"
-        "        refresh_interval: 1s\n"
-        f"        authorization: {{type: Bearer, credentials_file: {token_file}}}\n"
-    )
-    port = free_port()
-    with (tmp_path / "prometheus.log").open("wb") as log:
-        process = subprocess.Popen(
-            [
-                "prometheus",
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _http_ok(f"{url}/-/ready"), seconds=30)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
-
-
 def scraped(prometheus: str) -> dict[str, dict[str, str]]:
     """The replicas Prometheus scrapes and finds up, by replica label."""
     targets = get_json(f"{prometheus}/api/v1/targets?state=active")["data"]["activeTargets"]
@@ -83,7 +45,7 @@ def scraped(prometheus: str) -> dict[str, dict[str, str]]:
 
 
 def test_a_replica_added_through_the_api_is_scraped_with_its_labels_until_drained(
-    sim: SimFleet, release_manager: User, prometheus: str
+    sim: SimFleet, release_manager: User, prometheus_sd: str
 ) -> None:
     _, secret = api_token_create(
         actor=None,
@@ -96,20 +58,20 @@ def test_a_replica_added_through_the_api_is_scraped_with_its_labels_until_draine
     api.post("/api/v1/fleets", {"name": "sim", "provider": "simfleet"}, format="json")
     first, second = sim.urls
     api.post("/api/v1/fleets/sim/replicas", {"name": "r0", "base_url": first}, format="json")
-    wait_for(lambda: "r0" in scraped(prometheus), seconds=30)
-    labels = scraped(prometheus)["r0"]
+    wait_for(lambda: "r0" in scraped(prometheus_sd), seconds=30)
+    labels = scraped(prometheus_sd)["r0"]
     assert labels["fleet"] == "sim"
     assert labels["provider"] == "simfleet"
     assert labels["instance"] == first.removeprefix("http://")
     # vLLM's own metrics, read from the discovered replica.
-    query = f"{prometheus}/api/v1/query?query=vllm:num_requests_running"
+    query = f"{prometheus_sd}/api/v1/query?query=vllm:num_requests_running"
     wait_for(lambda: bool(get_json(query)["data"]["result"]), seconds=15)
 
     api.post("/api/v1/fleets/sim/replicas", {"name": "r1", "base_url": second}, format="json")
-    wait_for(lambda: "r1" in scraped(prometheus), seconds=30)
+    wait_for(lambda: "r1" in scraped(prometheus_sd), seconds=30)
     api.post("/api/v1/fleets/sim/replicas/r0/drain")
-    wait_for(lambda: "r0" not in scraped(prometheus), seconds=30)
-    assert set(scraped(prometheus)) == {"r1"}
+    wait_for(lambda: "r0" not in scraped(prometheus_sd), seconds=30)
+    assert set(scraped(prometheus_sd)) == {"r1"}
     assert Fleet.objects.get().replicas.count() == 2
 
 
