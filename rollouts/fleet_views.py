@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from core.errors import DomainError
-from rollouts import selectors
+from rollouts import engine_gauges, selectors
 from rollouts.choices import DeploymentState
 from rollouts.forms import DeploymentForm, FleetForm, ReplicaForm
 from rollouts.models import Deployment
@@ -33,8 +33,17 @@ def _page(request: SignedInRequest, *, status: int = 200, **forms: Any) -> HttpR
         .select_related("artifact", "fleet")
         .order_by("fleet__name", "-created_at")
     )
+    visible = list(selectors.visible_fleets(request.user))
+    # What each replica's engine reports through Prometheus, read once for the page.
+    gauges = engine_gauges.replica_gauges(
+        replica.base_url for fleet in visible for replica in fleet.replicas.all()
+    )
     context: dict[str, Any] = {
-        "fleets": selectors.visible_fleets(request.user),
+        "fleets": [
+            (fleet, [(r, (gauges or {}).get(r.base_url)) for r in fleet.replicas.all()])
+            for fleet in visible
+        ],
+        "gauges_unavailable": gauges is None,
         "deployments": live,
         "preparing": any(d.state == DeploymentState.PENDING for d in live),
         "may_edit": request.user.is_release_manager,

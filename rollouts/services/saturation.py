@@ -9,26 +9,19 @@ republished when a figure moved enough to matter.
 from __future__ import annotations
 
 import logging
-from urllib.parse import urlsplit
 
-from django.conf import settings
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests import RequestException
-from urllib3.util.retry import Retry
 
 from core.publication import gateway_snapshot_changed
+from rollouts.engine_gauges import instance, prometheus
 from rollouts.models import Deployment
 
 logger = logging.getLogger(__name__)
 # Changes smaller than these are noise, not worth a new gateway configuration.
 KV_STEP = 0.02
 WAITING_STEP = 2
-
-
-def _instance(base_url: str) -> str:
-    parts = urlsplit(base_url)
-    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
 
 
 def _by_instance(prometheus: PrometheusConnect, query: str) -> dict[tuple[str, str], float]:
@@ -40,14 +33,10 @@ def _by_instance(prometheus: PrometheusConnect, query: str) -> dict[tuple[str, s
 
 def deployments_saturation_update() -> int:
     """Returns how many deployments changed enough to be republished."""
-    prometheus = PrometheusConnect(
-        url=settings.PROMETHEUS_URL, disable_ssl=True, retry=Retry(total=0), timeout=5
-    )
+    client = prometheus(timeout=5)
     try:
-        kv = _by_instance(prometheus, "max by (instance, model_name) (vllm:kv_cache_usage_perc)")
-        waiting = _by_instance(
-            prometheus, "sum by (instance, model_name) (vllm:num_requests_waiting)"
-        )
+        kv = _by_instance(client, "max by (instance, model_name) (vllm:kv_cache_usage_perc)")
+        waiting = _by_instance(client, "sum by (instance, model_name) (vllm:num_requests_waiting)")
     except (PrometheusApiClientException, RequestException) as exc:
         logger.warning("saturation not updated, Prometheus did not answer: %s", exc)
         return 0
@@ -55,7 +44,7 @@ def deployments_saturation_update() -> int:
     # Every deployment in use sheds the same way: rule targets and control copies take traffic too.
     for deployment in Deployment.objects.in_use().prefetch_related("fleet__replicas"):
         # The engine behind a LoRA adapter reports under its base model's name: match by replica.
-        instances = {_instance(r.base_url) for r in deployment.fleet.replicas.all()}
+        instances = {instance(r.base_url) for r in deployment.fleet.replicas.all()}
         kv_values = [v for (i, _), v in kv.items() if i in instances]
         waiting_values = [v for (i, _), v in waiting.items() if i in instances]
         usage = max(kv_values, default=0.0)

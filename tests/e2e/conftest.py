@@ -86,6 +86,7 @@ class Traffic:
     key: str
     rate: float = 40.0
     with_user: bool = True
+    max_tokens: int = 8
     statuses: list[int] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -118,7 +119,7 @@ class Traffic:
         body: dict[str, Any] = {
             "model": ROUTE,
             "messages": [{"role": "user", "content": "Is my order on its way? " * 3}],
-            "max_tokens": 8,
+            "max_tokens": self.max_tokens,
         }
         if self.with_user:
             body["user"] = user

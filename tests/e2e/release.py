@@ -92,11 +92,10 @@ class ReleaseManager:
         answer: dict[str, Any] = response.json()
         return answer
 
-    def tollgate(self, command: str, timeout: float = 120) -> str:
-        """`tollgate COMMAND` as its own process; its stdout, once it exited 0."""
-        args = shlex.split(command)
-        result = subprocess.run(
-            [str(TOLLGATE), *args],
+    def run(self, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """`tollgate COMMAND` as its own process, as a pipeline's step runs it."""
+        return subprocess.run(
+            [str(TOLLGATE), *shlex.split(command)],
             env={
                 "PATH": os.environ.get("PATH", ""),
                 "HOME": str(self.home),
@@ -109,7 +108,11 @@ class ReleaseManager:
             timeout=timeout,
             check=False,
         )
-        assert result.returncode == 0, (args, result.returncode, result.stderr)
+
+    def tollgate(self, command: str, timeout: float = 120) -> str:
+        """`tollgate COMMAND`'s stdout, once it exited 0."""
+        result = self.run(command, timeout)
+        assert result.returncode == 0, (command, result.returncode, result.stderr)
         return result.stdout.strip()
 
     def fleet(self, name: str, urls: list[str]) -> None:
