@@ -30,6 +30,7 @@ from rollouts.services.deployments import deployment_create, deployment_prepare
 from rollouts.services.fleets import fleet_create, replica_add
 from tenants.models import User
 from tests.conftest import ROOT, free_port
+from tests.e2e.release import phases as phases  # the fixture, for every test here
 from tests.registry.factories import register
 
 BASE_MODEL = "tiny"  # the name the server serves its base model under
