@@ -69,8 +69,12 @@ def fleet_yaml(port: int) -> str:
     return yaml.safe_dump({"seed": 1, "replicas": [{"port": port, "models": models}]})
 
 
-def snapshot(upstream: str) -> Snapshot:
-    """One tenant whose budget sets every limit (never reached), one route per simfleet model."""
+def snapshot(
+    upstream: str,
+    models: tuple[str, ...] = (FAST_MODEL, STREAM_MODEL),
+    max_model_len: int | None = None,
+) -> Snapshot:
+    """One tenant whose budget sets every limit (never reached), one route per model served."""
     budget = Budget(
         requests_per_minute=BIG,
         input_tokens_per_minute=BIG,
@@ -81,7 +85,6 @@ def snapshot(upstream: str) -> Snapshot:
         max_context_tokens=100_000,
         max_output_tokens=100_000,
     )
-    models = (FAST_MODEL, STREAM_MODEL)
     return Snapshot(
         version=time.time_ns() // 1000,
         generated_at=dt.datetime.now(dt.UTC),
@@ -100,6 +103,7 @@ def snapshot(upstream: str) -> Snapshot:
                 id=name,
                 served_model_name=name,
                 replicas=(Replica(id=f"{name}-0", base_url=upstream),),
+                max_model_len=max_model_len,
                 # The gateway's in-flight shedding must not fire during the rate sweep.
                 max_in_flight_per_replica=1_000_000,
             )

@@ -16,8 +16,6 @@ server, the gateway and the load generator share its cores.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import hashlib
 import json
 import os
 import signal
@@ -35,22 +33,12 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script: the gateway's snapshot schema is imported
 
-from gateway.snapshot import (  # noqa: E402 -- needs the path above
-    CHANGED_CHANNEL,
-    SNAPSHOT_KEY,
-    ApiKey,
-    Arm,
-    Budget,
-    Deployment,
-    Replica,
-    Route,
-    Snapshot,
-    Tenant,
-)
+from overhead_setup import TENANT_KEY as KEY  # noqa: E402
+from overhead_setup import snapshot  # noqa: E402
+
+from gateway.snapshot import CHANGED_CHANNEL, SNAPSHOT_KEY  # noqa: E402 -- needs the path above
 
 MODEL = "tiny"
-KEY = "tk_bench_" + "0" * 24
-BIG = 10**12  # a limit checked on every request and never reached
 MAX_MODEL_LEN = 1024
 METRICS = ("ttft", "tpot", "e2el")
 
@@ -110,40 +98,6 @@ def dataset(path: Path, prompts: int, seed: int) -> dict[str, float]:
         "output_p99": float(np.percentile(output, 99)),
         "output_max": float(output.max()),
     }
-
-
-def snapshot(upstream: str) -> Snapshot:
-    budget = Budget(
-        requests_per_minute=BIG,
-        input_tokens_per_minute=BIG,
-        output_tokens_per_minute=BIG,
-        tokens_per_day=BIG,
-        tokens_per_month=BIG,
-        max_concurrent_requests=BIG,
-        max_output_tokens=100_000,
-    )
-    return Snapshot(
-        version=time.time_ns() // 1000,
-        generated_at=dt.datetime.now(dt.UTC),
-        tenants={"bench": Tenant(id="bench", slug="bench", budget=budget)},
-        keys={
-            hashlib.sha256(KEY.encode()).hexdigest(): ApiKey(
-                id="k1", tenant_id="bench", prefix="tk_bench"
-            )
-        },
-        routes={
-            MODEL: Route(name=MODEL, arms=(Arm(name="baseline", deployment_id="d", weight=100),))
-        },
-        deployments={
-            "d": Deployment(
-                id="d",
-                served_model_name=MODEL,
-                replicas=(Replica(id="vllm-0", base_url=upstream),),
-                max_model_len=MAX_MODEL_LEN,
-                max_in_flight_per_replica=1_000_000,
-            )
-        },
-    )
 
 
 def bench(
@@ -207,7 +161,7 @@ def main() -> None:
             )
         processes.append(vllm)
         wait("vLLM", lambda: answers(f"{upstream}/health"), 300, vllm)
-        snap = snapshot(upstream)
+        snap = snapshot(upstream, (MODEL,), max_model_len=MAX_MODEL_LEN)
         client = redis.Redis.from_url(redis_url)
         client.set(SNAPSHOT_KEY, snap.model_dump_json())
         client.publish(CHANGED_CHANNEL, str(snap.version))

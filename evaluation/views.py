@@ -78,11 +78,16 @@ def _margins(verdict: dict[str, Any], relative: bool) -> str:
     return f"fail {fail}, pass {passes}"
 
 
+def fleet_arms(built: report.Report) -> tuple[str, ...]:
+    """The arms the fleet table has a column for: a control arm only when the rollout has one."""
+    return selectors.ARMS if built.rollout.control_id is not None else selectors.ARMS[:2]
+
+
 def fleet_rows(built: report.Report) -> list[tuple[str, list[str | None]]]:
     rows = []
     for name, label, form in FLEET_ROWS:
         cells: list[str | None] = []
-        for arm in selectors.ARMS:
+        for arm in fleet_arms(built):
             signals = built.signals.get(arm)
             latest = signals.latest(name) if signals and signals.available else None
             if signals is None or not signals.available:
@@ -116,6 +121,7 @@ def rollout_report(request: HttpRequest, rollout_id: int) -> HttpResponse:
         "steps": [(i + 1, s.weight, i in built.judged_steps) for i, s in enumerate(steps)],
         "step_number": built.step + 1,
         "rows": table_rows(built),
+        "fleet_arms": fleet_arms(built),
         "fleet_rows": fleet_rows(built),
         "charts": charts.all_charts(built),
         "is_live": rollout.state not in TERMINAL_STATES,

@@ -37,7 +37,7 @@ class Phases:
 
     def say(self, line: str) -> None:
         with self.capsys.disabled():
-            sys.stdout.write(f"\n[ci-pipeline {time.monotonic() - self.started:6.1f} s] {line}")
+            sys.stdout.write(f"\n[phase {time.monotonic() - self.started:6.1f} s] {line}")
             sys.stdout.flush()
 
     def phase(self, name: str) -> _Phase:

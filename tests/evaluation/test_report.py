@@ -137,6 +137,19 @@ def test_the_report_page_shows_the_table_with_badges_charts_and_unavailable_sign
     assert "Promote" in page
 
 
+def test_the_fleet_table_has_a_cell_for_each_arm_it_names(
+    client: Client, judged: Rollout, viewer: User
+) -> None:
+    # Without a control arm: two columns, and no third cell left "unavailable" beside them.
+    client.force_login(viewer)
+    page = client.get(f"/rollouts/{judged.pk}/report/?step=1").content.decode()
+    table = page[page.index('data-testid="fleet"') :].split("</table>")[0]
+    header = table.split("</thead>")[0]
+    assert header.count("<th>") == 3, header  # the label's column and two arms
+    for row in table.split("<tbody>")[1].split("</tr>")[:-1]:
+        assert row.count("<td") == 3, row
+
+
 def test_the_page_names_a_replica_the_judge_set_aside(
     client: Client, judged: Rollout, viewer: User
 ) -> None:

@@ -44,7 +44,7 @@ PLAN_TEMPLATE = {
     "steps": [
         {"weight": 5, "min_bake_s": 3, "min_samples": 10},
         {"weight": 25, "min_bake_s": 3, "min_samples": 10},
-        {"weight": 50, "min_bake_s": 30, "min_samples": 200},
+        {"weight": 50, "min_bake_s": 3, "min_samples": 200},
         {"weight": 100, "min_bake_s": 3, "min_samples": 10},
     ],
     # The CPU server on a busy 2-core machine: the gates catch a broken candidate, not the load.
