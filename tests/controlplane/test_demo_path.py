@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ from tests.simfleet.harness import healthy, stop, wait_until
 
 @pytest.fixture
 def demo_fleet(settings: Settings, tmp_path: Path) -> Iterator[int]:
-    base = free_port()
+    base = free_ports_in_a_row(2)
     settings.SIMFLEET_BASE_PORT = base
     with (tmp_path / "simfleet.log").open("wb") as log:
         process = subprocess.Popen(
@@ -31,9 +32,29 @@ def demo_fleet(settings: Settings, tmp_path: Path) -> Iterator[int]:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-    wait_until(lambda: all(healthy(f"http://127.0.0.1:{base + i}") for i in range(2)), 15)
-    yield base
-    stop(process)
+    try:
+        wait_until(lambda: all(healthy(f"http://127.0.0.1:{base + i}") for i in range(2)), 30)
+        yield base
+    finally:
+        stop(process)
+
+
+def free_ports_in_a_row(count: int) -> int:
+    """A port that is free with the `count - 1` after it (the demo's replicas take a base port
+    and the ones above it): a free port's neighbour may well be taken."""
+    for _ in range(100):
+        base = free_port()
+        sockets = [socket.socket() for _ in range(count)]
+        try:
+            for offset, sock in enumerate(sockets):
+                sock.bind(("127.0.0.1", base + offset))
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+        return base
+    raise AssertionError(f"no {count} free ports in a row")
 
 
 @pytest.mark.django_db(transaction=True)
