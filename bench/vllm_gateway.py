@@ -111,12 +111,12 @@ def bench(
         "--num-prompts", str(args.prompts), "--max-concurrency", str(args.concurrency),
         "--ignore-eos", "--percentile-metrics", ",".join(METRICS), "--metric-percentiles",
         "50,99", "--save-result", "--result-dir", str(out.parent), "--result-filename",
-        out.name, "--seed", "1",
+        out.name, "--seed", "1", "--num-warmups", str(args.concurrency),
     ]  # fmt: skip
     env = {**os.environ, "OPENAI_API_KEY": KEY, "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        sys.exit(f"vllm bench serve failed against {url}:\n{result.stdout[-2000:]}")
+        sys.exit(f"vllm bench serve failed against {url}:\n{result.stderr[-3000:]}")
     saved = json.loads(out.read_text())
     figures = {f"{m}_p{p}": float(saved[f"p{p}_{m}_ms"]) for m in METRICS for p in (50, 99)}
     figures["output_tok_s"] = float(saved["output_throughput"])

