@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import requests
@@ -171,8 +170,3 @@ def adapter_deployment(
 
 def redis_url() -> str:
     return str(settings.REDIS_URL)
-
-
-def json_body(response: requests.Response) -> Any:
-    assert response.headers.get("content-type", "").startswith("application/json"), response.text
-    return response.json()
