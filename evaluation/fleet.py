@@ -8,18 +8,11 @@ import datetime as dt
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-from django.conf import settings
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from requests import RequestException
-from urllib3.util.retry import Retry
-
+from rollouts.engine_gauges import UNAVAILABLE, instance, prometheus
 from rollouts.models import Deployment
 
 logger = logging.getLogger(__name__)
-UNAVAILABLE = (PrometheusApiClientException, RequestException, ValueError, KeyError)
 
 # Prompt and output tokens, read apart and added here: an engine that has not yet counted one
 # of them has no series for it, and PromQL's `+` would then drop the instance altogether.
@@ -36,17 +29,6 @@ SIGNALS = {
 }
 
 
-def _prometheus(timeout: float = 3) -> PrometheusConnect:
-    return PrometheusConnect(
-        url=settings.PROMETHEUS_URL, disable_ssl=True, retry=Retry(total=0), timeout=timeout
-    )
-
-
-def instance(base_url: str) -> str:
-    parts = urlsplit(base_url)
-    return f"{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
-
-
 def deployment_instances(deployment: Deployment) -> set[str]:
     """The Prometheus `instance` labels of the deployment's active replicas (by address: a LoRA
     adapter's engine reports under its base model's name)."""
@@ -55,11 +37,11 @@ def deployment_instances(deployment: Deployment) -> set[str]:
 
 def tokens_per_s_by_instance() -> dict[str, float] | None:
     """Prompt + output tokens per second each replica served over the last 5 minutes."""
-    prometheus = _prometheus()
+    client = prometheus()
     rates: dict[str, float] = {}
     try:
         for query in TOKENS_PER_S:
-            for r in prometheus.custom_query(query):
+            for r in client.custom_query(query):
                 name = r["metric"].get("instance", "")
                 rates[name] = rates.get(name, 0.0) + float(r["value"][1])
     except UNAVAILABLE as exc:
@@ -89,10 +71,10 @@ def fleet_signals(
     pattern = '"' + "|".join(n.replace(".", "\\\\.") for n in names) + '"'
     step = max(1, int((end - start).total_seconds() / points))
     series: dict[str, list[tuple[float, float]]] = {}
-    prometheus = _prometheus(timeout=2)
+    client = prometheus(timeout=2)
     try:
         for name, template in SIGNALS.items():
-            result = prometheus.custom_query_range(
+            result = client.custom_query_range(
                 template.format(instances=pattern), start_time=start, end_time=end, step=str(step)
             )
             series[name] = [
