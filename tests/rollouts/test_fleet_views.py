@@ -4,15 +4,21 @@ Django admin; viewers read; tenant admins are not let in."""
 from __future__ import annotations
 
 import html
+import re
+from collections.abc import Callable
+from pathlib import Path
 
 import redis
 from django.test import Client
+from pytest_django.fixtures import Settings as SettingsWrapper
 
 from core.models import AuditEvent
 from rollouts.models import Deployment, Fleet, Replica, Route
 from tenants.models import Tenant, User
+from tests.conftest import free_port, wait_for
 from tests.factories import DeploymentFactory, FleetFactory, ReplicaFactory, RouteFactory
 from tests.registry.factories import register
+from tests.simfleet.harness import FleetLauncher, model
 
 
 def page(client: Client) -> str:
@@ -127,3 +133,46 @@ def test_the_forms_need_their_csrf_token(release_manager: User) -> None:
     client.force_login(release_manager)
     assert client.post("/rollouts/fleets/new/", {"name": "x"}).status_code == 403
     assert not Fleet.objects.exists()
+
+
+def test_each_replica_shows_its_engines_gauges_from_prometheus(
+    client: Client,
+    viewer: User,
+    settings: SettingsWrapper,
+    prometheus_factory: Callable[[list[str]], str],
+    tmp_path: Path,
+) -> None:
+    launcher = FleetLauncher(tmp_path)
+    try:
+        sim = launcher.start([model()])
+        address = sim.url.removeprefix("http://")
+        settings.PROMETHEUS_URL = prometheus_factory([address])
+        fleet = FleetFactory.create(name="sim")
+        ReplicaFactory.create(fleet=fleet, name="r0", base_url=sim.url)
+        ReplicaFactory.create(fleet=fleet, name="r1", base_url="http://127.0.0.1:9")  # unscraped
+        client.force_login(viewer)
+
+        def row(name: str) -> str:
+            return page(client).split(f'data-replica="{name}"', 1)[1].split("</tr>", 1)[0]
+
+        gauges = ("kv_cache_usage", "running", "waiting", "preemptions_per_min")
+
+        def shown() -> bool:
+            return all(re.search(rf'data-gauge="{g}">\d', row("r0")) for g in gauges)
+
+        # A rate needs two scrapes (one a second) before it has a value.
+        wait_for(shown, seconds=30)
+        assert "not scraped" in row("r1")
+    finally:
+        launcher.stop_all()
+
+
+def test_the_fleet_page_says_so_when_prometheus_is_away(
+    client: Client, viewer: User, settings: SettingsWrapper
+) -> None:
+    settings.PROMETHEUS_URL = f"http://127.0.0.1:{free_port()}"
+    ReplicaFactory.create(fleet=FleetFactory.create(name="sim"), name="r0")
+    client.force_login(viewer)
+    response = client.get("/rollouts/fleets/")
+    assert response.status_code == 200
+    assert "Prometheus did not answer" in html.unescape(response.content.decode())
