@@ -10,7 +10,8 @@ import pytest
 from django.utils import timezone
 from pytest_django.fixtures import Settings
 
-from evaluation.fleet import fleet_signals, instance
+from evaluation.fleet import fleet_signals
+from rollouts.engine_gauges import instance
 from tests.conftest import wait_for
 from tests.simfleet.harness import Fleet as SimFleet
 from tests.simfleet.harness import FleetLauncher, model
