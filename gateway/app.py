@@ -28,7 +28,7 @@ from gateway.budgets import Budgets, Refusal
 from gateway.call import Call
 from gateway.errors import GatewayError, bad_request
 from gateway.ledger import Ledger, Settlement
-from gateway.proxy import Progress, Upstream, UpstreamCutOff, UpstreamFailed, assemble, relay
+from gateway.proxy import SSE_HEADERS, Progress, TotalLate, assemble, first_token_timeout, relay
 from gateway.requests import (
     estimate_prompt_tokens,
     parse_body,
@@ -38,12 +38,15 @@ from gateway.requests import (
     validate,
 )
 from gateway.routing import ReplicaLoad, choose_arm, choose_replica, match_rule
+from gateway.server import CLIENT_LINE, ClientLine
 from gateway.sessions import session_key
 from gateway.settings import Settings
 from gateway.snapshot import ApiKey, Arm, Route, Snapshot, Tenant
 from gateway.store import SnapshotStore
 from gateway.tokens import PromptCount, exact_count, prompt_bound
 from gateway.tools import ToolChecker
+from gateway.upstream import Late, Upstream, UpstreamCutOff, UpstreamFailed
+from gateway.watchdog import LoopWatchdog
 from gateway.wire import RedisWire
 
 logger = logging.getLogger("gateway")
@@ -81,6 +84,7 @@ class GatewayApp:
         self.upstream = Upstream(connect_timeout_s=settings.connect_timeout_s)
         self.tools = ToolChecker()
         self.load = ReplicaLoad()
+        self.watchdog = LoopWatchdog()
         self.in_flight: defaultdict[str, int] = defaultdict(int)  # per deployment
 
     # --- ASGI ---------------------------------------------------------------------------------
@@ -120,8 +124,10 @@ class GatewayApp:
                 # Frozen, they are never scanned again.
                 gc.collect()
                 gc.freeze()
+                self.watchdog.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                self.watchdog.stop()
                 await self.store.stop()
                 await self.ledger.close()
                 await self.upstream.close()
@@ -229,7 +235,7 @@ class GatewayApp:
         await self._admit(call)
         progress = Progress()
         try:
-            await self._proxy(call, progress, receive, send)
+            await self._proxy(call, progress, scope["extensions"][CLIENT_LINE], send)
         except GatewayError as error:
             if not progress.headers_sent:
                 progress.status = error.status
@@ -499,37 +505,45 @@ class GatewayApp:
             payload.pop("max_tokens", None)
         return orjson.dumps(payload)
 
-    async def _proxy(self, call: Call, progress: Progress, receive: Receive, send: Send) -> None:
-        body = self._upstream_body(call)
-        forward = asyncio.ensure_future(self._forward(call, body, progress, send))
-        watch = asyncio.ensure_future(_wait_for_disconnect(receive))
+    async def _proxy(self, call: Call, progress: Progress, line: ClientLine, send: Send) -> None:
+        if line.gone:
+            progress.client_left = True
+            return
+        task = asyncio.current_task()
+
+        def client_gone() -> None:
+            # Cancelling closes the upstream connection, which makes vLLM abort the request;
+            # what was generated until then is still charged.
+            progress.client_left = True
+            if task is not None:
+                task.cancel()
+
+        line.on_gone = client_gone
         self.in_flight[call.deployment.id] += 1
         measure.IN_FLIGHT.inc()
         try:
-            await asyncio.wait((forward, watch), return_when=asyncio.FIRST_COMPLETED)
-            if not forward.done():
-                # The client left: cancelling closes the upstream connection, which makes
-                # vLLM abort the request; what was generated until then is still charged.
-                forward.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await forward
-                progress.client_left = True
-                return
-            watch.cancel()
-            forward.result()  # raises GatewayError
+            await self._forward(call, self._upstream_body(call), progress, line)
+        except asyncio.CancelledError:
+            if task is None or not progress.client_left or task.uncancel() > 0:
+                raise  # cancelled for another reason (the server stopping)
+            return
         finally:
+            line.on_gone = line.on_writable = None
             self.in_flight[call.deployment.id] -= 1
             measure.IN_FLIGHT.dec()
-        await self._answer(call, progress, send)
+        await self._answer(call, progress, line, send)
 
-    async def _forward(self, call: Call, body: bytes, progress: Progress, send: Send) -> None:
+    async def _forward(self, call: Call, body: bytes, progress: Progress, line: ClientLine) -> None:
         tried: set[str] = set()
         failure = "no healthy replica"
         tokens = call.prompt_estimate + call.allowance
         prefix = system_prefix(call.payload) if call.chat else None
         measure.OVERHEAD.observe(time.monotonic() - call.started)
-        # One first-token deadline for the request, retries included: connect, headers, event.
-        first_token_by = asyncio.get_running_loop().time() + self.settings.first_token_timeout_s
+        # One first-token deadline for the request, retries included (connect, headers, event),
+        # and one for the whole of it.
+        now = asyncio.get_running_loop().time()
+        first_token_by = now + self.settings.first_token_timeout_s
+        total_by = now + self.settings.total_timeout_s
         # Retry once on another replica, and only while nothing was sent to the client.
         for _ in range(2):
             replica = choose_replica(
@@ -545,26 +559,30 @@ class GatewayApp:
                     replica.base_url.rstrip("/")
                     + ("/v1/chat/completions" if call.chat else "/v1/completions"),
                     body,
-                    first_token_by=first_token_by,
+                    deadline=min(first_token_by, total_by),
                 )
+            except Late:
+                self.load.remove(replica.id, tokens)
+                raise first_token_timeout() from None
             except UpstreamFailed as exc:
                 self.load.remove(replica.id, tokens)
                 failure = f"{replica.id}: {exc}"
                 continue
-            finished = False
             try:
-                async with asyncio.timeout(self.settings.total_timeout_s):
-                    await relay(
-                        response,
-                        progress,
-                        send=send,
-                        client_streams=call.client_streams,
-                        client_wants_usage=call.client_wants_usage,
-                        public_model=call.route.name,
-                        first_token_by=first_token_by,
-                    )
-                finished = True
-            except TimeoutError:
+                await relay(
+                    response,
+                    progress,
+                    line,
+                    client_streams=call.client_streams,
+                    client_wants_usage=call.client_wants_usage,
+                    served_model=call.deployment.served_model_name,
+                    public_model=call.route.name,
+                    first_token_by=first_token_by,
+                    total_by=total_by,
+                )
+            except Late:
+                raise first_token_timeout() from None
+            except TotalLate:
                 progress.finish_reason = "error"
                 raise GatewayError(
                     504,
@@ -584,10 +602,9 @@ class GatewayApp:
                 ) from None
             finally:
                 self.load.remove(replica.id, tokens)
-                if finished:
-                    response.release()  # back to the pool for the next request
-                else:
-                    response.close()  # cut: the replica sees the disconnect and aborts
+                # A finished response's connection is kept already; anything else is closed
+                # here, and the replica sees the disconnect and aborts.
+                response.finish()
             return
         raise GatewayError(
             502,
@@ -596,14 +613,14 @@ class GatewayApp:
             code="upstream_unavailable",
         )
 
-    async def _answer(self, call: Call, progress: Progress, send: Send) -> None:
+    async def _answer(self, call: Call, progress: Progress, line: ClientLine, send: Send) -> None:
         if progress.error_body is not None:
             # The replica refused the request (a 4xx in the same envelope): pass it on.
             await self._raw(send, progress.status, progress.error_body, JSON)
             return
         if call.client_streams:
-            if not progress.headers_sent:
-                await send({"type": "http.response.start", "status": 200, "headers": _sse()})
+            if not line.started:
+                await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
             await send({"type": "http.response.body", "body": b""})
             return
         answer = assemble(progress, chat=call.chat, public_model=call.route.name)
@@ -640,19 +657,8 @@ class GatewayApp:
         self.ledger.record(settlement, sample)
 
 
-def _sse() -> list[tuple[bytes, bytes]]:
-    return [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
-
-
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
             return str(value.decode("latin-1"))
     return None
-
-
-async def _wait_for_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return

@@ -62,6 +62,15 @@ OVERHEAD = Histogram(
     "Time the gateway spends on a request before sending it upstream.",
     buckets=OVERHEAD_BUCKETS,
 )
+LOOP_STALLS = Counter(
+    "tollgate_gateway_loop_stalls",
+    "Times the event loop was held over 5 ms by one piece of work (gateway.watchdog).",
+)
+LOOP_STALL_SECONDS = Histogram(
+    "tollgate_gateway_loop_stall_seconds",
+    "How long each loop stall over 5 ms lasted.",
+    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
 IN_FLIGHT = Gauge("tollgate_gateway_in_flight", "Requests in flight.", multiprocess_mode="livesum")
 
 

@@ -10,24 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
 
 from gateway.errors import GatewayError
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-
-
-class UpstreamFailed(Exception):
-    """The replica could not be reached or failed before sending anything: retry elsewhere."""
-
-
-class UpstreamCutOff(Exception):
-    """The replica's stream broke off before its end (it died, or dropped the connection)."""
+from gateway.server import ClientLine
+from gateway.upstream import Late, Response, UpstreamCutOff
 
 
 @dataclass
@@ -107,138 +97,157 @@ SSE_HEADERS = [
 ]
 
 
-class Upstream:
-    def __init__(self, *, connect_timeout_s: float) -> None:
-        self._connect_timeout_s = connect_timeout_s
-        self._session: aiohttp.ClientSession | None = None
+class StreamRelay:
+    """The replica's event stream, fed from its socket's callback (gateway.upstream).
 
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._connect_timeout_s),
-                auto_decompress=False,
-            )
-        return self._session
+    Each event is parsed once, for what the gateway measures (tokens, tool calls, the finish,
+    usage); when the client streams, the events of one read go to its socket in one write, with
+    the public model name put in place of the served one in the bytes themselves. A client that
+    cannot keep up pauses the reading of the replica's socket until it can (TCP then slows the
+    replica, not the gateway's memory).
+    """
 
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+    def __init__(
+        self,
+        response: Response,
+        progress: Progress,
+        line: ClientLine,
+        *,
+        client_streams: bool,
+        client_wants_usage: bool,
+        served_model: str,
+        public_model: str,
+    ) -> None:
+        self.response = response
+        self.progress = progress
+        self.line = line
+        self.client_streams = client_streams
+        self.client_wants_usage = client_wants_usage
+        self.public_model = public_model
+        self.served_field = b'"model":' + orjson.dumps(served_model)
+        self.public_field = b'"model":' + orjson.dumps(public_model)
+        self.rename = served_model != public_model
+        self._rest = b""
 
-    async def open(self, url: str, body: bytes, *, first_token_by: float) -> aiohttp.ClientResponse:
-        """Starts the call; UpstreamFailed when the replica is unreachable or answers 5xx.
+    def feed(self, data: bytes) -> None:
+        buffer = self._rest + data if self._rest else data
+        out: list[bytes] = []
+        start = 0
+        while (end := buffer.find(b"\n\n", start)) >= 0:
+            forwarded = self._event(buffer[start:end])
+            if forwarded is not None:
+                out.append(forwarded)
+            start = end + 2
+        self._rest = buffer[start:]
+        if out and self.client_streams:
+            line = self.line
+            if not line.started:
+                line.start_stream(SSE_HEADERS)
+                self.progress.headers_sent = True
+            line.write(b"".join(out))
+            if line.paused:
+                self.response.connection.pause_reading()
+                line.on_writable = self._client_writable
 
-        `first_token_by` (event-loop time) is the request's first-token deadline: a replica that
-        accepts the connection and never sends its headers is given up on then, not never.
-        """
+    def _client_writable(self) -> None:
+        self.line.on_writable = None
+        self.response.connection.resume_reading()
+
+    def _event(self, event: bytes) -> bytes | None:
+        if not event.startswith(b"data: "):
+            return None
+        data = event[6:]
+        progress = self.progress
+        if data == b"[DONE]":
+            progress.saw_done = True
+            return b"data: [DONE]\n\n"
         try:
-            async with asyncio.timeout_at(first_token_by):
-                response = await self.session.post(
-                    url, data=body, headers={"content-type": "application/json"}
-                )
-        except TimeoutError:
-            raise first_token_timeout() from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamFailed(f"{type(exc).__name__}: {exc}") from exc
-        if response.status >= 500:
-            detail = (await response.read())[:200]
-            response.release()
-            raise UpstreamFailed(f"HTTP {response.status}: {detail!r}")
-        return response
+            payload = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return None  # not JSON: nothing we can measure or pass on faithfully
+        if not isinstance(payload, dict):
+            return None
+        if "error" in payload:
+            progress.finish_reason = "error"
+            return event + b"\n\n"
+        if progress.response_id is None:
+            progress.response_id = payload.get("id")
+            progress.created = payload.get("created")
+        choices = payload.get("choices") or ()
+        for choice in choices:
+            progress.record_delta(choice, keep_text=not self.client_streams)
+        usage = payload.get("usage")
+        if usage:
+            progress.usage = usage
+            if not choices and not self.client_wants_usage:
+                return None
+        if not self.client_streams:
+            return None
+        model = payload.get("model")
+        if not self.rename or model is None or model == self.public_model:
+            return event + b"\n\n"
+        if self.served_field in data:
+            return b"data: " + data.replace(self.served_field, self.public_field, 1) + b"\n\n"
+        payload["model"] = self.public_model  # written some other way: re-encode this one
+        return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+class TotalLate(Exception):
+    """The request ran past its total deadline."""
 
 
 async def relay(
-    response: aiohttp.ClientResponse,
+    response: Response,
     progress: Progress,
+    line: ClientLine,
     *,
-    send: Send,
     client_streams: bool,
     client_wants_usage: bool,
+    served_model: str,
     public_model: str,
     first_token_by: float,
+    total_by: float,
 ) -> None:
     """Reads the replica's event stream to the end, passing events on when the client streams.
 
-    Events are forwarded one by one as they arrive, with the public model name; the usage event
-    the gateway asked for is dropped unless the client asked for it too.
+    The usage event the gateway asked for is dropped unless the client asked for it too. Raises
+    Late when no token came by `first_token_by`, TotalLate past `total_by` (event-loop times),
+    UpstreamCutOff when the stream broke off.
     """
     progress.status = response.status
     if response.status >= 400:
-        progress.error_body = await response.read()
+        progress.error_body = await response.read_body()
         return
-    buffer = b""
-    reader = response.content
-    while True:
-        try:
-            if progress.first_token_at is None:
-                async with asyncio.timeout_at(first_token_by):
-                    chunk = await reader.readany()
-            else:
-                chunk = await reader.readany()
-        except TimeoutError:
-            raise first_token_timeout() from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise UpstreamCutOff(str(exc)) from exc
-        if not chunk:
-            if not progress.done:
-                raise UpstreamCutOff("its stream ended without a finish_reason or [DONE]")
-            break
-        buffer += chunk
-        out: list[bytes] = []
-        while True:
-            end = buffer.find(b"\n\n")
-            if end < 0:
-                break
-            event, buffer = buffer[:end], buffer[end + 2 :]
-            forwarded = _handle_event(
-                event, progress, client_streams, client_wants_usage, public_model
-            )
-            if forwarded is not None:
-                out.append(forwarded)
-        if out and client_streams:
-            if not progress.headers_sent:
-                await send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
-                progress.headers_sent = True
-            await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+    stream = StreamRelay(
+        response,
+        progress,
+        line,
+        client_streams=client_streams,
+        client_wants_usage=client_wants_usage,
+        served_model=served_model,
+        public_model=public_model,
+    )
+    exchange = response.exchange
+    loop = asyncio.get_running_loop()
 
+    # One timer for both deadlines (this is every request's path; a timer costs less than
+    # asyncio.timeout): at the first-token deadline it fails the exchange or moves to the total.
+    timer: list[asyncio.TimerHandle] = []
 
-def _handle_event(
-    event: bytes,
-    progress: Progress,
-    client_streams: bool,
-    client_wants_usage: bool,
-    public_model: str,
-) -> bytes | None:
-    if not event.startswith(b"data: "):
-        return None
-    data = event[6:]
-    if data == b"[DONE]":
-        progress.saw_done = True
-        return b"data: [DONE]\n\n"
+    def first_token_due() -> None:
+        if progress.first_token_at is None:
+            exchange.fail(Late())
+        else:
+            timer[0] = loop.call_at(total_by, exchange.fail, TotalLate())
+
+    timer.append(loop.call_at(min(first_token_by, total_by), first_token_due))
     try:
-        payload = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None  # not JSON: nothing we can measure or pass on faithfully
-    if not isinstance(payload, dict):
-        return None
-    if "error" in payload:
-        progress.finish_reason = "error"
-        return event + b"\n\n"
-    progress.response_id = progress.response_id or payload.get("id")
-    progress.created = progress.created or payload.get("created")
-    choices = payload.get("choices") or []
-    for choice in choices:
-        progress.record_delta(choice, keep_text=not client_streams)
-    usage = payload.get("usage")
-    if usage:
-        progress.usage = usage
-        if not choices and not client_wants_usage:
-            return None
-    if "model" in payload:
-        payload["model"] = public_model
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
+        exchange.set_sink(stream.feed)
+        await exchange.done
+    finally:
+        timer[0].cancel()
+    if not progress.done:
+        raise UpstreamCutOff("its stream ended without a finish_reason or [DONE]")
 
 
 def assemble(progress: Progress, *, chat: bool, public_model: str) -> dict[str, Any]:

@@ -8,18 +8,24 @@ flood of such sockets would exhaust the process's file descriptors and starve th
 - a request's headers must be complete within `GATEWAY_HEADER_TIMEOUT_S` of the connection
   opening or of the request's first byte, or the client gets 408 and the connection is closed.
 
-The body has its own deadline in the application (`GATEWAY_BODY_TIMEOUT_S`, gateway.app). This
-subclasses uvicorn's protocol (pinned in pyproject.toml) and calls only its documented parser
-callbacks and the transport.
+The body has its own deadline in the application (`GATEWAY_BODY_TIMEOUT_S`, gateway.app).
+
+Each request's scope also carries a `ClientLine` (extension `tollgate.client`): the client's
+socket, so that a stream relayed from the replica's socket callbacks (gateway.proxy) is written
+without an ASGI message and a coroutine step per event, and so that the relay hears of a client
+that leaves, or cannot keep up, from the transport itself. This subclasses uvicorn's protocol
+(pinned in pyproject.toml); besides its parser callbacks and the transport, ClientLine sets the
+three fields of uvicorn's request cycle that say a chunked response has started.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from functools import cache
 
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from gateway.settings import Settings
 
@@ -50,8 +56,64 @@ def _settings() -> Settings:
     return Settings.from_env()
 
 
+CLIENT_LINE = "tollgate.client"
+
+
+class ClientLine:
+    """One request's client socket, for a streamed answer written from socket callbacks.
+
+    `on_gone` is called once if the client disconnects before the response is complete,
+    `on_writable` whenever its socket takes writes again after `paused`.
+    """
+
+    __slots__ = ("_cycle", "on_gone", "on_writable")
+
+    def __init__(self, cycle: RequestResponseCycle) -> None:
+        self._cycle = cycle
+        self.on_gone: Callable[[], None] | None = None
+        self.on_writable: Callable[[], None] | None = None
+
+    @property
+    def gone(self) -> bool:
+        return self._cycle.disconnected or self._cycle.transport.is_closing()
+
+    @property
+    def paused(self) -> bool:
+        return self._cycle.flow.write_paused
+
+    @property
+    def started(self) -> bool:
+        return self._cycle.response_started
+
+    def start_stream(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Sends a 200 status line and headers for a chunked body. The application ends the
+        body with an ASGI `http.response.body` message, which uvicorn frames as the last chunk."""
+        cycle = self._cycle
+        lines = [b"HTTP/1.1 200 OK\r\n"]
+        lines.extend(b"%s: %s\r\n" % pair for pair in (*cycle.default_headers, *headers))
+        if not cycle.keep_alive:
+            lines.append(b"connection: close\r\n")
+        lines.append(b"transfer-encoding: chunked\r\n\r\n")
+        cycle.response_started = True
+        cycle.chunked_encoding = True
+        cycle.waiting_for_100_continue = False
+        if not self.gone:
+            cycle.transport.write(b"".join(lines))
+
+    def write(self, data: bytes) -> None:
+        """One chunk of the body (after start_stream)."""
+        if data and not self.gone:
+            self._cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+    def _lost(self) -> None:
+        if not self._cycle.response_complete and self.on_gone is not None:
+            on_gone, self.on_gone = self.on_gone, None
+            on_gone()
+
+
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     _header_timer: asyncio.TimerHandle | None = None
+    _lines: list[ClientLine] | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -64,6 +126,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_header_timer()
         super().connection_lost(exc)
+        for line in self._lines or ():
+            line._lost()
+        self._lines = None
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        for line in self._lines or ():
+            if line.on_writable is not None:
+                line.on_writable()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -72,6 +143,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._stop_header_timer()
         super().on_headers_complete()
+        if self.cycle is None or self.cycle.scope is not self.scope:
+            return  # an upgrade request: no cycle of its own
+        line = ClientLine(self.cycle)
+        extensions: dict[str, object] = self.scope.setdefault("extensions", {})  # type: ignore[assignment]
+        extensions[CLIENT_LINE] = line
+        # The lines of this connection's requests still being answered (pipelining aside, one).
+        self._lines = [old for old in self._lines or () if not old._cycle.response_complete]
+        self._lines.append(line)
 
     def _start_header_timer(self) -> None:
         self._stop_header_timer()

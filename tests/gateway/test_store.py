@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 import redis.asyncio as redis
 
-from gateway.snapshot import SNAPSHOT_KEY, Snapshot
-from gateway.store import SnapshotStore
+from gateway import store as store_module
+from gateway.snapshot import SNAPSHOT_KEY, ApiKey, Snapshot
+from gateway.store import SLICE, SnapshotStore
 from tests.gateway.conftest import make_snapshot, publish
 
 UPSTREAM = "http://127.0.0.1:9"
@@ -25,13 +29,13 @@ async def test_a_poll_that_finds_the_same_bytes_validates_nothing(
     redis_url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     validated: list[int] = []
-    validate = Snapshot.model_validate_json
+    validate = store_module.validate_in_slices
 
-    def counting(raw: bytes) -> Snapshot:
+    async def counting(raw: bytes) -> Snapshot:
         validated.append(len(raw))
-        return validate(raw)
+        return await validate(raw)
 
-    monkeypatch.setattr(Snapshot, "model_validate_json", counting)
+    monkeypatch.setattr(store_module, "validate_in_slices", counting)
     store = SnapshotStore(client, poll_s=1.0)
     first = make_snapshot([UPSTREAM])
     publish(redis_url, first)
@@ -92,3 +96,39 @@ async def test_a_snapshot_of_another_epoch_applies_whatever_its_version(
     stale = restarted.model_copy(update={"version": 2})
     await client.set(SNAPSHOT_KEY, stale.model_dump_json())
     assert await store.refresh() is False
+
+
+async def test_a_large_snapshot_is_validated_in_slices_between_which_requests_run(
+    redis_url: str, client: redis.Redis
+) -> None:
+    base = make_snapshot([UPSTREAM])
+    keys = {
+        hashlib.sha256(f"key-{i}".encode()).hexdigest(): ApiKey(
+            id=f"k{i}", tenant_id="acme", prefix=f"tk_{i}"
+        )
+        for i in range(5 * SLICE)
+    }
+    large = base.model_copy(update={"keys": {**base.keys, **keys}})
+    publish(redis_url, large)
+    store = SnapshotStore(client, poll_s=1.0)
+    turns = 0
+
+    async def other_work() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    other = asyncio.create_task(other_work())
+    await asyncio.sleep(0)
+    assert await store.refresh() is True
+    other.cancel()
+    assert store.current == large  # the same snapshot as validated in one piece
+    assert turns >= 5  # the loop ran other work between the slices of the keys
+
+    # A bad entry in a late slice rejects the whole snapshot, and the one in force stays.
+    broken = large.model_dump(mode="json")
+    broken["keys"][next(reversed(keys))]["tenant_id"] = 7
+    await client.set(SNAPSHOT_KEY, orjson.dumps(broken))
+    assert await store.refresh() is False
+    assert store.current == large
