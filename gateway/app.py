@@ -14,8 +14,8 @@ import datetime as dt
 import gc
 import hashlib
 import logging
+import os
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -79,7 +79,9 @@ class GatewayApp:
         self.store = SnapshotStore(self.redis, poll_s=settings.snapshot_poll_s)
         self.budgets = Budgets(self.wire)
         self.ledger = Ledger(
-            self.redis, stream=settings.samples_stream, max_len=settings.samples_max_len
+            RedisWire(settings.redis_url, timeout_s=2.0, connect_timeout_s=0.5),
+            stream=settings.samples_stream,
+            max_len=settings.samples_max_len,
         )
         self.upstream = Upstream(connect_timeout_s=settings.connect_timeout_s)
         self.tools = ToolChecker()
@@ -309,7 +311,7 @@ class GatewayApp:
         started: float,
     ) -> Call:
         budget = tenant.budget
-        request_id = uuid.uuid4().hex
+        request_id = os.urandom(16).hex()
         rough = estimate_prompt_tokens(payload, chat=chat)
         # A route rule takes the request out of the split (see gateway.routing); a forced arm
         # chooses between baseline and canary only for requests no rule claims.

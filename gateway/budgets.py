@@ -22,7 +22,9 @@ them all.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
+import time
 from dataclasses import dataclass
 
 from gateway import budget_keys
@@ -209,6 +211,14 @@ def _limit(value: int | None) -> int:
 
 
 def _keys(tenant_id: str, now: dt.datetime) -> tuple[tuple[str, ...], str, str]:
+    return _keys_of_day(tenant_id, now.astimezone(dt.UTC).date())
+
+
+# Every request names its tenant's keys and the calendar around now: formatted once per tenant
+# and day, and once per second, not per request.
+@functools.lru_cache(maxsize=4096)
+def _keys_of_day(tenant_id: str, day: dt.date) -> tuple[tuple[str, ...], str, str]:
+    now = dt.datetime.combine(day, dt.time(), dt.UTC)
     prefix = budget_keys.tenant_prefix(tenant_id)
     keys = (
         *(budget_keys.limiter_key(tenant_id, name) for name in budget_keys.PER_MINUTE),
@@ -219,6 +229,13 @@ def _keys(tenant_id: str, now: dt.datetime) -> tuple[tuple[str, ...], str, str]:
         f"{prefix}:settled",
     )
     return keys, now.strftime("%Y%m%d"), now.strftime("%Y%m")
+
+
+@functools.lru_cache(maxsize=4)
+def _calendar(second: int) -> tuple[int, int, str, str]:
+    """For a Unix second: the seconds to the next UTC day and month, the day and the month."""
+    now = dt.datetime.fromtimestamp(second, dt.UTC)
+    return *_seconds_to_next(now), now.strftime("%Y%m%d"), now.strftime("%Y%m")
 
 
 def _seconds_to_next(now: dt.datetime) -> tuple[int, int]:
@@ -265,10 +282,12 @@ class Budgets:
     ) -> Reservation | Refusal:
         """Makes the reservation, or says which limit refuses it and when to retry."""
         clock = reservation.clock_ms
-        day_at = (
-            dt.datetime.fromtimestamp(clock / 1000, dt.UTC) if clock else dt.datetime.now(dt.UTC)
-        )
-        to_day, to_month = _seconds_to_next(day_at)
+        if clock:
+            day_at = dt.datetime.fromtimestamp(clock / 1000, dt.UTC)
+            to_day, to_month = _seconds_to_next(day_at)
+            day, month = day_at.strftime("%Y%m%d"), day_at.strftime("%Y%m")
+        else:
+            to_day, to_month, day, month = _calendar(int(time.time()))
         args: list[Arg] = [
             clock,
             reservation.request_id,
@@ -283,8 +302,8 @@ class Budgets:
             _limit(budget.max_concurrent_requests),
             to_day,
             to_month,
-            day_at.strftime("%Y%m%d"),
-            day_at.strftime("%Y%m"),
+            day,
+            month,
         ]
         admitted, limit, retry_after = await self._wire.run_script(
             ADMIT, list(reservation.keys), args

@@ -22,11 +22,11 @@ from collections import deque
 from dataclasses import asdict, dataclass
 
 import orjson
-import redis.asyncio as redis
 from redis.exceptions import NoScriptError, RedisError
 
 from gateway.budgets import SETTLE, Reservation, settle_args
 from gateway.sample import Sample
+from gateway.wire import Arg, RedisWire, script_sha
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +48,13 @@ class Settlement:
 
 
 class Ledger:
-    def __init__(self, client: redis.Redis, *, stream: str, max_len: int) -> None:
-        self._client = client
+    def __init__(self, wire: RedisWire, *, stream: str, max_len: int) -> None:
+        # A connection of its own (gateway.wire, not admission's): a batch of hundreds of
+        # writes must not queue ahead of a request's admission.
+        self._wire = wire
         self._stream = stream
         self._max_len = max_len
-        self._settle_sha = client.register_script(SETTLE).sha
+        self._settle_sha = script_sha(SETTLE)
         self._queue: deque[Entry] = deque()
         self._wake = asyncio.Event()
         self._writer: asyncio.Task[None] | None = None
@@ -90,6 +92,7 @@ class Ledger:
                 await asyncio.wait_for(self._writer, timeout_s)
             except TimeoutError:
                 logger.warning("%d finished requests left unwritten at shutdown", len(self._queue))
+        await self._wire.close()
 
     async def _write_forever(self) -> None:
         while True:
@@ -107,7 +110,7 @@ class Ledger:
             missing, failed = await self._send(batch)
             if missing:
                 # Redis restarted and forgot the script: load it and settle those again.
-                await self._client.script_load(SETTLE)
+                await self._wire.call("SCRIPT", "LOAD", SETTLE)
                 missing, failed_again = await self._send([(s, None) for s in missing])
                 failed += failed_again + missing
             self._retry(failed)
@@ -116,22 +119,24 @@ class Ledger:
             self._retry(settlements)
 
     async def _send(self, batch: list[Entry]) -> tuple[list[Settlement], list[Settlement]]:
-        """One pipeline for the batch; returns the settlements that met NOSCRIPT and those that
+        """One write for the batch; returns the settlements that met NOSCRIPT and those that
         failed otherwise."""
-        pipe = self._client.pipeline(transaction=False)
+        commands: list[tuple[Arg, ...]] = []
         settling: list[Settlement | None] = []  # per command: whose settlement, if any
         for settlement, sample in batch:
             if settlement is not None:
                 keys, args = settle_args(
                     settlement.reservation, settlement.prompt_tokens, settlement.output_tokens
                 )
-                pipe.evalsha(self._settle_sha, len(keys), *keys, *args)
+                commands.append(("EVALSHA", self._settle_sha, len(keys), *keys, *args))
                 settling.append(settlement)
             if sample is not None:
                 record = orjson.dumps(asdict(sample))
-                pipe.xadd(self._stream, {"r": record}, maxlen=self._max_len, approximate=True)
+                commands.append(
+                    ("XADD", self._stream, "MAXLEN", "~", self._max_len, "*", "r", record)
+                )
                 settling.append(None)
-        replies = await pipe.execute(raise_on_error=False)
+        replies = await self._wire.call_many(commands)
         missing: list[Settlement] = []
         failed: list[Settlement] = []
         errors = 0

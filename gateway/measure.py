@@ -8,6 +8,7 @@ never on the client's critical path. The metrics are served on a listener of the
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -74,15 +75,40 @@ LOOP_STALL_SECONDS = Histogram(
 IN_FLIGHT = Gauge("tollgate_gateway_in_flight", "Requests in flight.", multiprocess_mode="livesum")
 
 
+class _Children:
+    """A label set's metric children, looked up once: `labels()` validates and locks on every
+    call, which on every request's path adds up."""
+
+    __slots__ = ("e2e", "output", "prompt", "tpot", "ttft")
+
+    def __init__(self, labels: tuple[str, str, str, str]) -> None:
+        self.e2e = E2E.labels(*labels)
+        self.ttft = TTFT.labels(*labels)
+        self.tpot = TPOT.labels(*labels)
+        self.prompt = TOKENS.labels(*labels, "prompt")
+        self.output = TOKENS.labels(*labels, "output")
+
+
+@functools.cache
+def _children(route: str, arm: str, dep: str, tenant: str) -> _Children:
+    return _Children((route, arm, dep, tenant))
+
+
+@functools.cache
+def _requests(route: str, arm: str, dep: str, tenant: str, status: int, finish: str) -> Counter:
+    return REQUESTS.labels(route, arm, dep, tenant, str(status), finish)
+
+
 def observe(sample: Sample) -> None:
     labels = (sample.route, sample.arm, sample.dep, sample.tenant)
-    REQUESTS.labels(*labels, str(sample.status), sample.finish or "none").inc()
-    E2E.labels(*labels).observe(sample.e2e_ms / 1000)
+    _requests(*labels, sample.status, sample.finish or "none").inc()
+    children = _children(*labels)
+    children.e2e.observe(sample.e2e_ms / 1000)
     if sample.ttft_ms is not None:
-        TTFT.labels(*labels).observe(sample.ttft_ms / 1000)
+        children.ttft.observe(sample.ttft_ms / 1000)
     if sample.tpot_ms is not None:
-        TPOT.labels(*labels).observe(sample.tpot_ms / 1000)
-    TOKENS.labels(*labels, "prompt").inc(sample.pt)
-    TOKENS.labels(*labels, "output").inc(sample.ot)
+        children.tpot.observe(sample.tpot_ms / 1000)
+    children.prompt.inc(sample.pt)
+    children.output.inc(sample.ot)
     if sample.tool is not None:
         TOOL_CALLS.labels(*labels, sample.tool).inc()

@@ -45,6 +45,13 @@ class Progress:
         """Whether the replica finished its answer (a stream cut off before this is an error)."""
         return self.saw_done or self.finish_reason is not None
 
+    def token(self) -> None:
+        now = time.monotonic()
+        if self.first_token_at is None:
+            self.first_token_at = now
+        self.last_token_at = now
+        self.token_events += 1
+
     def record_delta(self, choice: dict[str, Any], keep_text: bool) -> None:
         delta = choice.get("delta")
         text = choice.get("text")
@@ -71,11 +78,7 @@ class Progress:
             if keep_text:
                 self.content.append(text)
         if produced:
-            now = time.monotonic()
-            if self.first_token_at is None:
-                self.first_token_at = now
-            self.last_token_at = now
-            self.token_events += 1
+            self.token()
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
 
@@ -134,7 +137,7 @@ class StreamRelay:
         out: list[bytes] = []
         start = 0
         while (end := buffer.find(b"\n\n", start)) >= 0:
-            forwarded = self._event(buffer[start:end])
+            forwarded = self._event(buffer[start : end + 2])
             if forwarded is not None:
                 out.append(forwarded)
             start = end + 2
@@ -154,13 +157,17 @@ class StreamRelay:
         self.response.connection.resume_reading()
 
     def _event(self, event: bytes) -> bytes | None:
+        """Measures one event (`event` ends with its blank line); returns what the client gets."""
         if not event.startswith(b"data: "):
             return None
-        data = event[6:]
+        data = event[6:-2]
         progress = self.progress
+        if self.client_streams and progress.response_id is not None and _plain_token(data):
+            progress.token()
+            return self._renamed(event, data)
         if data == b"[DONE]":
             progress.saw_done = True
-            return b"data: [DONE]\n\n"
+            return event
         try:
             payload = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -169,7 +176,7 @@ class StreamRelay:
             return None
         if "error" in payload:
             progress.finish_reason = "error"
-            return event + b"\n\n"
+            return event
         if progress.response_id is None:
             progress.response_id = payload.get("id")
             progress.created = payload.get("created")
@@ -183,13 +190,45 @@ class StreamRelay:
                 return None
         if not self.client_streams:
             return None
-        model = payload.get("model")
-        if not self.rename or model is None or model == self.public_model:
-            return event + b"\n\n"
+        if payload.get("model") is None:
+            return event
+        return self._renamed(event, data) or _reencoded(payload, self.public_model)
+
+    def _renamed(self, event: bytes, data: bytes) -> bytes | None:
+        """The event with the public model name, in its own bytes (None: it must be re-encoded)."""
+        if not self.rename:
+            return event
         if self.served_field in data:
             return b"data: " + data.replace(self.served_field, self.public_field, 1) + b"\n\n"
-        payload["model"] = self.public_model  # written some other way: re-encode this one
-        return b"data: " + orjson.dumps(payload) + b"\n\n"
+        if self.public_field in data:
+            return event
+        return None
+
+
+def _reencoded(payload: dict[str, Any], public_model: str) -> bytes:
+    payload["model"] = public_model
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def _plain_token(data: bytes) -> bool:
+    """Whether an event is one more token of text and nothing else, read from its bytes.
+
+    Most events of a stream are; parsing each would be most of the relay's work. The test is
+    sound for JSON from any server: inside a string every quote is escaped, so each quoted
+    needle below can only match a key (or, for `null`, a key and its value). Anything else —
+    the first event, a finish, tool calls, usage, an error, an empty delta, text the gateway
+    must keep for a client that does not stream — is parsed in full. (One choice per event:
+    the gateway refuses n > 1.)
+    """
+    return (
+        b'"finish_reason":null' in data
+        and (b'"content":"' in data or b'"text":"' in data)
+        and b'"content":""' not in data
+        and b'"text":""' not in data
+        and b'"tool_calls"' not in data
+        and b'"usage"' not in data
+        and b'"error"' not in data
+    )
 
 
 class TotalLate(Exception):

@@ -6,6 +6,9 @@ admission of a process can share one connection: each call queues its command an
 future, and replies are matched to futures in order. That needs no connection pool, no lock and
 no per-call timer, and the commands queued in one turn of the event loop leave in one write.
 
+A batch (`call_many`: the ledger's settlements and records) is one entry of the queue, answered
+with the list of its replies, errors as exception values, when the last of them arrives.
+
 A single watchdog timer enforces the timeout: when the oldest call has waited longer than
 `timeout_s`, the connection is dropped and every waiting call fails at once (behind a stuck reply,
 all of them are stuck). The next call reconnects. Errors are redis-py's exception types, so
@@ -38,10 +41,23 @@ def pack(args: tuple[Arg, ...]) -> bytes:
     return b"".join(parts)
 
 
+class _Batch:
+    __slots__ = ("future", "remaining", "replies")
+
+    def __init__(self, future: asyncio.Future[list[Any]], count: int) -> None:
+        self.future = future
+        self.remaining = count
+        self.replies: list[Any] = []
+
+
+def _error(reply: ResponseError) -> ResponseError:
+    return (NoScriptError if str(reply).startswith("NOSCRIPT") else ResponseError)(str(reply))
+
+
 class _Connection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.waiting: deque[tuple[float, asyncio.Future[Any]]] = deque()
+        self.waiting: deque[tuple[float, asyncio.Future[Any] | _Batch]] = deque()
         self._reader = hiredis.Reader(replyError=ResponseError)
         self._outgoing: list[bytes] = []
 
@@ -51,14 +67,22 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
         while self.waiting and (reply := self._reader.gets()) is not False:
-            _, future = self.waiting.popleft()
-            if future.done():
+            _, target = self.waiting[0]
+            if isinstance(target, _Batch):
+                target.replies.append(_error(reply) if isinstance(reply, ResponseError) else reply)
+                target.remaining -= 1
+                if target.remaining == 0:
+                    self.waiting.popleft()
+                    if not target.future.done():
+                        target.future.set_result(target.replies)
+                continue
+            self.waiting.popleft()
+            if target.done():
                 continue
             if isinstance(reply, ResponseError):
-                error = NoScriptError if str(reply).startswith("NOSCRIPT") else ResponseError
-                future.set_exception(error(str(reply)))
+                target.set_exception(_error(reply))
             else:
-                future.set_result(reply)
+                target.set_result(reply)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -68,21 +92,37 @@ class _Connection(asyncio.Protocol):
 
     def fail(self, error: Exception) -> None:
         while self.waiting:
-            _, future = self.waiting.popleft()
+            _, target = self.waiting.popleft()
+            future = target.future if isinstance(target, _Batch) else target
             if not future.done():
                 future.set_exception(error)
 
     def send(self, command: bytes, timeout_s: float) -> asyncio.Future[Any]:
+        future = self._loop().create_future()
+        self._queue(command, future, timeout_s)
+        return future
+
+    def send_many(self, commands: list[bytes], timeout_s: float) -> asyncio.Future[list[Any]]:
+        future: asyncio.Future[list[Any]] = self._loop().create_future()
+        if not commands:
+            future.set_result([])
+            return future
+        self._queue(b"".join(commands), _Batch(future, len(commands)), timeout_s)
+        return future
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
         if self.transport is None:
             raise RedisConnectionError("the connection to Redis is closed")
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.waiting.append((time.monotonic() + timeout_s, future))
+        return asyncio.get_running_loop()
+
+    def _queue(
+        self, command: bytes, target: asyncio.Future[Any] | _Batch, timeout_s: float
+    ) -> None:
+        self.waiting.append((time.monotonic() + timeout_s, target))
         # The commands of one turn of the event loop leave in one write (one system call).
         if not self._outgoing:
-            loop.call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self._flush)
         self._outgoing.append(command)
-        return future
 
     def _flush(self) -> None:
         commands, self._outgoing = self._outgoing, []
@@ -110,6 +150,12 @@ class RedisWire:
     async def call(self, *args: Arg) -> Any:
         connection = await self._connected()
         return await connection.send(pack(args), self._timeout_s)
+
+    async def call_many(self, commands: list[tuple[Arg, ...]]) -> list[Any]:
+        """The replies to `commands`, sent together; a command's error is its reply's value
+        (an exception instance), not raised. Losing the connection or a timeout raises."""
+        connection = await self._connected()
+        return await connection.send_many([pack(c) for c in commands], self._timeout_s)
 
     async def run_script(self, source: str, keys: list[str], args: list[Arg]) -> Any:
         """EVALSHA, loading the script once when Redis does not know it (after a restart)."""

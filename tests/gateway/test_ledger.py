@@ -52,7 +52,7 @@ async def test_a_burst_is_settled_and_recorded_in_full_then_the_writer_stops(
     client: redis.Redis,
 ) -> None:
     reservations = await reserve(client, 300)
-    ledger = Ledger(client, stream=STREAM, max_len=10_000)
+    ledger = Ledger(RedisWire(os.environ["REDIS_URL"]), stream=STREAM, max_len=10_000)
     # Queued before the writer runs: the whole burst goes out as one pipeline.
     for reservation in reservations:
         ledger.record(Settlement(reservation, 10, 5), sample(reservation.request_id))
@@ -73,7 +73,7 @@ async def test_a_burst_is_settled_and_recorded_in_full_then_the_writer_stops(
 async def test_settlement_survives_a_redis_that_forgot_the_script(client: redis.Redis) -> None:
     (reservation,) = await reserve(client, 1)
     await client.script_flush()  # what a Redis restart does
-    ledger = Ledger(client, stream=STREAM, max_len=10_000)
+    ledger = Ledger(RedisWire(os.environ["REDIS_URL"]), stream=STREAM, max_len=10_000)
     ledger.start()
     ledger.record(Settlement(reservation, 10, 7), sample(uuid.uuid4().hex))
     await ledger.close()
@@ -92,8 +92,8 @@ async def test_a_settlement_that_meets_a_stalled_redis_is_retried_until_it_lands
     reservation = await admit(Budgets(wire), budget, prompt=10, allowance=50)
     await wire.close()
     assert isinstance(reservation, Reservation)
-    client = redis.Redis.from_url(url, socket_timeout=0.3)
-    ledger = Ledger(client, stream=STREAM, max_len=10_000)
+    client = redis.Redis.from_url(url)
+    ledger = Ledger(RedisWire(url, timeout_s=0.3), stream=STREAM, max_len=10_000)
     ledger.start()
     process.send_signal(signal.SIGSTOP)  # a stall: the write times out
     try:

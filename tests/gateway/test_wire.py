@@ -44,6 +44,24 @@ async def test_an_error_reply_fails_only_its_own_call() -> None:
         await wire.close()
 
 
+async def test_a_batch_gets_its_replies_in_order_with_errors_as_values_amid_single_calls() -> None:
+    wire = RedisWire(os.environ["REDIS_URL"])
+    try:
+        await wire.call("DEL", "wire:batch")
+        commands: list[tuple[str | int | bytes, ...]] = [("INCR", "wire:batch")] * 300
+        commands[150] = ("NOSUCHCOMMAND",)
+        before, batch, after = await asyncio.gather(
+            wire.call("ECHO", "before"), wire.call_many(commands), wire.call("ECHO", "after")
+        )
+        assert (before, after) == (b"before", b"after")
+        assert isinstance(batch[150], ResponseError)
+        assert batch[:150] + batch[151:] == list(range(1, 300))
+        assert await wire.call_many([]) == []
+    finally:
+        await wire.call("DEL", "wire:batch")
+        await wire.close()
+
+
 async def test_scripts_are_loaded_again_after_redis_forgets_them() -> None:
     wire = RedisWire(os.environ["REDIS_URL"])
     try:

@@ -1,0 +1,151 @@
+"""The relay's reading of a replica's events: what it counts, keeps and forwards, byte by byte.
+
+Most events are read from their bytes without parsing (`_plain_token`); these tests hold that
+shortcut to what a full parse says, with text built to look like the keys it looks for.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import orjson
+
+from gateway.proxy import Progress, StreamRelay, _plain_token
+
+HOSTILE = [
+    "plain",
+    '"finish_reason":null',
+    '","finish_reason":"stop"}',
+    '"tool_calls":[]',
+    '"usage":{"completion_tokens":1}',
+    '"error"',
+    "error",
+    '\\"content\\":\\"\\"',
+    '"content":""',
+    'back\\slash"quote',
+    '"text":"',
+    "\n\ndata: [DONE]\n\n",
+    '{"model":"served"}',
+]
+
+
+def chunk(delta: dict[str, Any], *, finish: str | None = None, **extra: Any) -> bytes:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+    body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+            "model": "served", "choices": [choice], **extra}  # fmt: skip
+    return orjson.dumps(body)
+
+
+def really_plain(data: bytes) -> bool:
+    payload = orjson.loads(data)
+    choices = payload.get("choices") or []
+    if len(choices) != 1 or "error" in payload or payload.get("usage"):
+        return False
+    choice = choices[0]
+    delta = choice.get("delta") or {}
+    return (
+        choice.get("finish_reason") is None
+        and not delta.get("tool_calls")
+        and bool(delta.get("content") or choice.get("text"))
+    )
+
+
+def events() -> list[bytes]:
+    made = []
+    for text in HOSTILE:
+        made += [
+            chunk({"content": text}),
+            chunk({"content": text}, finish="stop"),
+            chunk({"role": "assistant", "content": ""}, note=text),
+            chunk({"tool_calls": [{"index": 0, "function": {"arguments": text}}]}),
+            chunk({"content": text}, usage={"prompt_tokens": 1, "completion_tokens": 2}),
+            orjson.dumps({"error": {"message": text}}),
+            orjson.dumps(
+                {"id": "c", "choices": [{"index": 0, "text": text, "finish_reason": None}]}
+            ),
+        ]
+    return made
+
+
+def test_an_event_read_from_its_bytes_is_a_plain_token_only_when_a_parse_agrees() -> None:
+    for data in events():
+        assert not _plain_token(data) or really_plain(data), data
+    # The usual token events of vLLM and of completions are read without a parse.
+    assert _plain_token(chunk({"content": "Hello"}))
+    assert _plain_token(b'{"id":"c","choices":[{"index":0,"text":" a","finish_reason":null}]}')
+
+
+class Line:
+    """The client's side of the relay: what it was sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.started = False
+        self.paused = False
+        self.on_writable = None
+
+    def start_stream(self, headers: object) -> None:
+        self.started = True
+
+    def write(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+def relay_all(stream: bytes, pieces: list[int], *, client_streams: bool) -> tuple[Progress, bytes]:
+    progress, line = Progress(), Line()
+    relay = StreamRelay(
+        None,  # type: ignore[arg-type]  # never paused, so the replica's socket is not needed
+        progress,
+        line,  # type: ignore[arg-type]
+        client_streams=client_streams,
+        client_wants_usage=False,
+        served_model="served",
+        public_model="public",
+    )
+    start = 0
+    for size in pieces:
+        relay.feed(stream[start : start + size])
+        start += size
+    relay.feed(stream[start:])
+    return progress, b"".join(line.sent)
+
+
+def test_a_stream_split_anywhere_is_measured_and_forwarded_as_when_parsed_whole() -> None:
+    rng = random.Random(7)  # noqa: S311 -- reproducible cuts, not secrets
+    texts = [rng.choice(HOSTILE) for _ in range(40)]
+    stream = b"".join(
+        b"data: " + e + b"\n\n"
+        for e in [
+            chunk({"role": "assistant", "content": ""}),
+            *(chunk({"content": t}) for t in texts),
+            chunk({"tool_calls": [{"index": 0, "id": "t1", "function": {"name": "f",
+                                                                         "arguments": "{}"}}]}),
+            chunk({}, finish="tool_calls"),
+            orjson.dumps({"id": "chatcmpl-1", "model": "served", "choices": [],
+                          "usage": {"prompt_tokens": 3, "completion_tokens": 42}}),
+        ]
+    ) + b"data: [DONE]\n\n"  # fmt: skip
+    whole, sent = relay_all(stream, [], client_streams=True)
+    assert whole.token_events == 41  # every text token and the tool call
+    assert (whole.finish_reason, whole.saw_done) == ("tool_calls", True)
+    assert whole.usage == {"prompt_tokens": 3, "completion_tokens": 42}
+    assert whole.tool_calls == {0: {"id": "t1", "name": "f", "arguments": "{}"}}
+    forwarded = [orjson.loads(e[6:]) for e in sent.split(b"\n\n") if e.startswith(b"data: {")]
+    assert {e["model"] for e in forwarded} == {"public"}
+    assert [e["choices"][0]["delta"].get("content") for e in forwarded[1:41]] == texts
+    assert b'"usage"' not in sent  # the client did not ask for it
+
+    for _ in range(50):
+        cuts = [rng.randint(1, 40) for _ in range(rng.randint(1, 200))]
+        split, split_sent = relay_all(stream, cuts, client_streams=True)
+        assert split_sent == sent
+        assert (split.token_events, split.finish_reason, split.usage, split.tool_calls) == (
+            whole.token_events, whole.finish_reason, whole.usage, whole.tool_calls,
+        )  # fmt: skip
+
+    # A client that does not stream gets the text assembled from the same events.
+    kept, nothing = relay_all(stream, [17, 5], client_streams=False)
+    assert nothing == b""
+    assert "".join(kept.content) == "".join(texts)
+    assert kept.token_events == whole.token_events
