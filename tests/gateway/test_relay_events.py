@@ -59,6 +59,8 @@ def events() -> list[bytes]:
             chunk({"content": text}, finish="stop"),
             chunk({"role": "assistant", "content": ""}, note=text),
             chunk({"tool_calls": [{"index": 0, "function": {"arguments": text}}]}),
+            chunk({"content": text, "tool_calls": [{"index": 0, "function": {"name": "f"}}]}),
+            chunk({"content": text}, error={"message": text}),
             chunk({"content": text}, usage={"prompt_tokens": 1, "completion_tokens": 2}),
             orjson.dumps({"error": {"message": text}}),
             orjson.dumps(
