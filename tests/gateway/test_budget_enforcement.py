@@ -44,11 +44,12 @@ def day_tokens(redis_url: str) -> int:
     return int(value or 0)
 
 
-def test_500_concurrent_requests_over_two_gateways_admit_exactly_100(
+def test_500_concurrent_requests_over_two_gateways_of_two_workers_admit_exactly_100(
     gateways: GatewayLauncher, fleet: Fleet, redis_url: str
 ) -> None:
-    first = gateways.start(redis_url=redis_url)
-    second = gateways.start(redis_url=redis_url)
+    # Four processes in all (GATEWAY_WORKERS=2 each): the limiters are Redis's, not theirs.
+    first = gateways.start(redis_url=redis_url, workers=2)
+    second = gateways.start(redis_url=redis_url, workers=2)
     snapshot = make_snapshot(fleet.urls[:2], acme_budget=Budget(requests_per_minute=100))
     publish(redis_url, snapshot)
     wait_for_version(first, snapshot.version)
