@@ -104,10 +104,10 @@ class StreamRelay:
     """The replica's event stream, fed from its socket's callback (gateway.upstream).
 
     Each event is parsed once, for what the gateway measures (tokens, tool calls, the finish,
-    usage); when the client streams, the events of one read go to its socket in one write, with
-    the public model name put in place of the served one in the bytes themselves. A client that
-    cannot keep up pauses the reading of the replica's socket until it can (TCP then slows the
-    replica, not the gateway's memory).
+    usage). When the client streams, the events of one read go to its socket in one write, the
+    public model name put in place of the served one in their bytes (an event is re-encoded only
+    where the served name is not found there). A client that cannot keep up pauses the reading
+    of the replica's socket until it can (TCP then slows the replica, not the gateway's memory).
     """
 
     def __init__(
@@ -162,9 +162,8 @@ class StreamRelay:
             return None
         data = event[6:-2]
         progress = self.progress
-        if self.client_streams and progress.response_id is not None and _plain_token(data):
-            progress.token()
-            return self._renamed(event, data)
+        # Parsed whole: orjson reads a token event (~1 µs) faster than any sound set of byte
+        # searches for what it must not contain.
         if data == b"[DONE]":
             progress.saw_done = True
             return event
@@ -208,27 +207,6 @@ class StreamRelay:
 def _reencoded(payload: dict[str, Any], public_model: str) -> bytes:
     payload["model"] = public_model
     return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-def _plain_token(data: bytes) -> bool:
-    """Whether an event is one more token of text and nothing else, read from its bytes.
-
-    Most events of a stream are; parsing each would be most of the relay's work. The test is
-    sound for JSON from any server: inside a string every quote is escaped, so each quoted
-    needle below can only match a key (or, for `null`, a key and its value). Anything else —
-    the first event, a finish, tool calls, usage, an error, an empty delta, text the gateway
-    must keep for a client that does not stream — is parsed in full. (One choice per event:
-    the gateway refuses n > 1.)
-    """
-    return (
-        b'"finish_reason":null' in data
-        and (b'"content":"' in data or b'"text":"' in data)
-        and b'"content":""' not in data
-        and b'"text":""' not in data
-        and b'"tool_calls"' not in data
-        and b'"usage"' not in data
-        and b'"error"' not in data
-    )
 
 
 class TotalLate(Exception):
