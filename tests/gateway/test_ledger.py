@@ -53,7 +53,7 @@ async def test_a_burst_is_settled_and_recorded_in_full_then_the_writer_stops(
 ) -> None:
     reservations = await reserve(client, 300)
     ledger = Ledger(RedisWire(os.environ["REDIS_URL"]), stream=STREAM, max_len=10_000)
-    # Queued before the writer runs: the whole burst goes out as one pipeline.
+    # Queued before the writer runs: the burst goes out in a few batches of MAX_BATCH.
     for reservation in reservations:
         ledger.record(Settlement(reservation, 10, 5), sample(reservation.request_id))
     ledger.record(None, sample("refused-before-admission"))
