@@ -144,10 +144,11 @@ class StreamRelay:
         self._rest = buffer[start:]
         if out and self.client_streams:
             line = self.line
-            if not line.started:
-                line.start_stream(SSE_HEADERS)
+            if line.started:
+                line.write(b"".join(out))
+            else:
+                line.start_stream(SSE_HEADERS, b"".join(out))
                 self.progress.headers_sent = True
-            line.write(b"".join(out))
             if line.paused:
                 self.response.connection.pause_reading()
                 line.on_writable = self._client_writable

@@ -85,15 +85,18 @@ class ClientLine:
     def started(self) -> bool:
         return self._cycle.response_started
 
-    def start_stream(self, headers: list[tuple[bytes, bytes]]) -> None:
-        """Sends a 200 status line and headers for a chunked body. The application ends the
-        body with an ASGI `http.response.body` message, which uvicorn frames as the last chunk."""
+    def start_stream(self, headers: list[tuple[bytes, bytes]], data: bytes) -> None:
+        """Sends a 200 status line and headers for a chunked body, with its first chunk in the
+        same write. The application ends the body with an ASGI `http.response.body` message,
+        which uvicorn frames as the last chunk."""
         cycle = self._cycle
         lines = [b"HTTP/1.1 200 OK\r\n"]
         lines.extend(b"%s: %s\r\n" % pair for pair in (*cycle.default_headers, *headers))
         if not cycle.keep_alive:
             lines.append(b"connection: close\r\n")
         lines.append(b"transfer-encoding: chunked\r\n\r\n")
+        if data:
+            lines.append(_chunk(data))
         cycle.response_started = True
         cycle.chunked_encoding = True
         cycle.waiting_for_100_continue = False
@@ -103,12 +106,16 @@ class ClientLine:
     def write(self, data: bytes) -> None:
         """One chunk of the body (after start_stream)."""
         if data and not self.gone:
-            self._cycle.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            self._cycle.transport.write(_chunk(data))
 
     def _lost(self) -> None:
         if not self._cycle.response_complete and self.on_gone is not None:
             on_gone, self.on_gone = self.on_gone, None
             on_gone()
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):

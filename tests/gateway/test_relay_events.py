@@ -43,8 +43,9 @@ class Line:
         self.paused = False
         self.on_writable = None
 
-    def start_stream(self, headers: object) -> None:
+    def start_stream(self, headers: object, data: bytes) -> None:
         self.started = True
+        self.sent.append(data)
 
     def write(self, data: bytes) -> None:
         self.sent.append(data)
