@@ -159,7 +159,10 @@ def test_a_lora_canary_on_real_vllm_is_promoted_and_a_broken_adapter_rolled_back
 
         with phases.phase("v1 unloaded from vLLM once drained"):
             served_after(vllm, {"support-v2"}, {"support-v1"}, seconds=120)
-            assert Deployment.objects.get(pk=v1).state == "retired"
+            # The worker unloads first and marks the row retired after, in its own transaction.
+            wait_until(
+                lambda: Deployment.objects.get(pk=v1).state == "retired", 10, "v1 marked retired"
+            )
 
         with phases.phase("broken: deployed, rolled out, rolled back, unloaded"):
             broken = deploy(admin, "broken")
