@@ -158,13 +158,15 @@ class StreamRelay:
         self.response.connection.resume_reading()
 
     def _event(self, event: bytes) -> bytes | None:
-        """Measures one event (`event` ends with its blank line); returns what the client gets."""
+        """Measures one event (`event` ends with its blank line); returns what the client gets.
+
+        Parsed whole: orjson reads a token event (~1 µs) faster than any sound set of byte
+        searches could tell that it holds nothing but a token.
+        """
         if not event.startswith(b"data: "):
             return None
         data = event[6:-2]
         progress = self.progress
-        # Parsed whole: orjson reads a token event (~1 µs) faster than any sound set of byte
-        # searches for what it must not contain.
         if data == b"[DONE]":
             progress.saw_done = True
             return event
