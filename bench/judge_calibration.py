@@ -188,8 +188,14 @@ def in_flight(rate: float, model: Model) -> float:
 class Deployment:
     """One deployment's replicas, with their drift carried from one chunk of time to the next."""
 
-    def __init__(self, rng: np.random.Generator, model: Model, traffic: Traffic, *, slow: bool):
+    def __init__(
+        self, rng: np.random.Generator, model: Model, traffic: Traffic, *, slow: bool, name: str
+    ) -> None:
         self.rng, self.model, self.traffic = rng, model, traffic
+        # Its own hosts: named apart from every other deployment's, or the judge would take a
+        # replica of the candidate and one of the control for one host (as adapters on one
+        # server are) and set both aside when one of them drifts.
+        self.replica_names = np.array([f"{name}-r{r}" for r in range(REPLICAS)])
         self.drift = rng.normal(0, traffic.drift_sd, REPLICAS) if traffic.drift_sd else None
         self.factor = np.ones(REPLICAS)
         if slow:
@@ -273,7 +279,7 @@ class Deployment:
             "tool": tool,
             "cost": cost,
             "ts": arrival,
-            "replica": np.char.add("r", replica.astype("<U2")),
+            "replica": self.replica_names[replica],
             "feedback": feedback,
         }
 
@@ -444,9 +450,9 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
     traffic = scenario.traffic
     clock = Clock(rng, traffic)
     deployments = {
-        "baseline": Deployment(rng, BASE, traffic, slow=False),
-        "canary": Deployment(rng, scenario.candidate, traffic, slow=True),
-        "control": Deployment(rng, BASE, traffic, slow=False),
+        "baseline": Deployment(rng, BASE, traffic, slow=False, name="baseline"),
+        "canary": Deployment(rng, scenario.candidate, traffic, slow=True, name="canary"),
+        "control": Deployment(rng, BASE, traffic, slow=False, name="control"),
     }
     logs = {arm: ArmLog() for arm in deployments}
     salt = f"s{rng.integers(1 << 30)}"
