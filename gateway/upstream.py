@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import httptools
 
 IDLE_S = 4.0  # under vLLM's (uvicorn's) 5 s keep-alive timeout
-MAX_IDLE_PER_HOST = 256
+MAX_IDLE_PER_HOST = 1024  # kept connections a replica may hold idle for us (one fd each)
 MAX_ERROR_BODY = 64 * 1024  # a refusal's body is kept up to this, for the client
 
 Sink = Callable[[bytes], None]
