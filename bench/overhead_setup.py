@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
 from packaging.requirements import Requirement
 
@@ -23,6 +24,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gateway.snapshot import (  # noqa: E402 -- needs the path above
+    CHANGED_CHANNEL,
+    SNAPSHOT_KEY,
     ApiKey,
     Arm,
     Budget,
@@ -110,6 +113,30 @@ def snapshot(
             for name in models
         },
     )
+
+
+def publish_snapshot(redis_url: str, snap: Snapshot) -> None:
+    """Puts a snapshot where the bench's gateway reads it, and announces it."""
+    client = redis.Redis.from_url(redis_url)
+    client.set(SNAPSHOT_KEY, snap.model_dump_json())
+    client.publish(CHANGED_CHANNEL, str(snap.version))
+    client.close()
+
+
+def gateway_env(redis_url: str, port: int, metrics_port: int) -> dict[str, str]:
+    """The bench gateway's environment: one worker, a quick snapshot poll, a bounded samples
+    stream, and no multiprocess metrics directory inherited from the caller."""
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_METRICS_PORT": str(metrics_port),
+        "GATEWAY_WORKERS": "1",
+        "GATEWAY_SNAPSHOT_POLL_S": "1",
+        "GATEWAY_SAMPLES_MAX_LEN": "100000",
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    return env
 
 
 def nginx_conf(home: Path, port: int, upstream_port: int) -> str:

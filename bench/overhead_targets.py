@@ -27,13 +27,14 @@ from overhead_setup import (
     ROOT,
     TENANT_KEY,
     fleet_yaml,
+    gateway_env,
     litellm_yaml,
     nginx_conf,
+    publish_snapshot,
     snapshot,
 )
 
 # Found through overhead_setup, imported above, which puts the repository root on sys.path.
-from gateway.snapshot import CHANGED_CHANNEL, SNAPSHOT_KEY
 
 # --- processes and CPU accounting ----------------------------------------------------------------
 
@@ -183,20 +184,8 @@ def start_targets(procs: Processes, redis_url: str, nginx: str, litellm: Path) -
 
     def start_tollgate() -> subprocess.Popen[bytes]:
         snap = snapshot(upstream)
-        client = redis.Redis.from_url(redis_url)
-        client.set(SNAPSHOT_KEY, snap.model_dump_json())
-        client.publish(CHANGED_CHANNEL, str(snap.version))
-        client.close()
-        env = {
-            **os.environ,
-            "REDIS_URL": redis_url,
-            "GATEWAY_PORT": str(gw_port),
-            "GATEWAY_METRICS_PORT": str(gw_metrics_port),
-            "GATEWAY_WORKERS": "1",
-            "GATEWAY_SNAPSHOT_POLL_S": "1",
-            "GATEWAY_SAMPLES_MAX_LEN": "100000",
-        }
-        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        publish_snapshot(redis_url, snap)
+        env = gateway_env(redis_url, gw_port, gw_metrics_port)
         process = procs.start("tollgate", [sys.executable, "-m", "gateway"], cpus="proxy", env=env)
 
         def applied() -> bool:

@@ -76,7 +76,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import redis
 from overhead_phases import percentile, progress
 from overhead_setup import (
     FAST_MODEL,
@@ -84,8 +83,10 @@ from overhead_setup import (
     ROOT,
     TENANT_KEY,
     ensure_nginx,
+    gateway_env,
     litellm_yaml,
     nginx_conf,
+    publish_snapshot,
     snapshot,
 )
 from overhead_targets import (
@@ -99,8 +100,6 @@ from overhead_targets import (
     redis_server,
 )
 from relay_load import TOKEN, TOKENS
-
-from gateway.snapshot import CHANGED_CHANNEL, SNAPSHOT_KEY
 
 BENCH = Path(__file__).resolve().parent
 # litellm_yaml names this model, so every target serves it (the stub echoes any model asked).
@@ -146,20 +145,8 @@ def start_tollgate(procs: Processes, redis_url: str, upstream: str) -> Target:
     """The gateway with the bench tenant's snapshot in its Redis, once it has applied it."""
     port, metrics_port = free_port(), free_port()
     snap = snapshot(upstream, models=(MODEL,))
-    client = redis.Redis.from_url(redis_url)
-    client.set(SNAPSHOT_KEY, snap.model_dump_json())
-    client.publish(CHANGED_CHANNEL, str(snap.version))
-    client.close()
-    env = {
-        **os.environ,
-        "REDIS_URL": redis_url,
-        "GATEWAY_PORT": str(port),
-        "GATEWAY_METRICS_PORT": str(metrics_port),
-        "GATEWAY_WORKERS": "1",
-        "GATEWAY_SNAPSHOT_POLL_S": "1",
-        "GATEWAY_SAMPLES_MAX_LEN": "100000",  # the samples stream: bounded Redis memory
-    }
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    publish_snapshot(redis_url, snap)
+    env = gateway_env(redis_url, port, metrics_port)
     procs.start("tollgate", [sys.executable, "-m", "gateway"], cpus="proxy", env=env)
 
     def applied() -> bool:

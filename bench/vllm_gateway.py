@@ -28,15 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import redis
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script: the gateway's snapshot schema is imported
 
 from overhead_setup import TENANT_KEY as KEY  # noqa: E402
-from overhead_setup import snapshot  # noqa: E402
-
-from gateway.snapshot import CHANGED_CHANNEL, SNAPSHOT_KEY  # noqa: E402 -- needs the path above
+from overhead_setup import gateway_env, publish_snapshot, snapshot  # noqa: E402
 
 MODEL = "tiny"
 MAX_MODEL_LEN = 1024
@@ -162,18 +159,8 @@ def main() -> None:
         processes.append(vllm)
         wait("vLLM", lambda: answers(f"{upstream}/health"), 300, vllm)
         snap = snapshot(upstream, (MODEL,), max_model_len=MAX_MODEL_LEN)
-        client = redis.Redis.from_url(redis_url)
-        client.set(SNAPSHOT_KEY, snap.model_dump_json())
-        client.publish(CHANGED_CHANNEL, str(snap.version))
-        client.close()
-        env = {
-            **os.environ,
-            "REDIS_URL": redis_url,
-            "GATEWAY_PORT": str(gw_port),
-            "GATEWAY_METRICS_PORT": str(gw_metrics),
-            "GATEWAY_WORKERS": "1",
-        }
-        env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+        publish_snapshot(redis_url, snap)
+        env = gateway_env(redis_url, gw_port, gw_metrics)
         with (home / "gateway.log").open("wb") as log:
             gateway = subprocess.Popen(
                 [sys.executable, "-m", "gateway"],
