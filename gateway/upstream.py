@@ -40,7 +40,7 @@ class Late(Exception):
 class Exchange:
     """One request and its response on one connection.
 
-    `headers` resolves with the status; the body then goes to the sink set by `stream_into`
+    `headers` resolves with the status; the body then goes to the sink set by `set_sink`
     (kept in a buffer until then); `done` resolves at the response's end or fails with
     UpstreamCutOff when the connection is lost first.
     """
@@ -57,7 +57,9 @@ class Exchange:
     def body(self, data: bytes) -> None:
         if self._sink is not None:
             self._sink(data)
-        elif len(self._early) < MAX_ERROR_BODY:
+        elif self.status < 400 or len(self._early) < MAX_ERROR_BODY:
+            # A stream's first bytes (one read can bring a lot of them before the relay sets
+            # its sink, a turn of the loop later) are kept whole; a refusal's only in part.
             self._early += data
 
     def set_sink(self, sink: Sink) -> None:

@@ -3,12 +3,14 @@ however the stream is cut into reads, with text built to look like the keys it l
 
 from __future__ import annotations
 
+import asyncio
 import random
 from typing import Any
 
 import orjson
 
 from gateway.proxy import Progress, StreamRelay
+from gateway.upstream import MAX_ERROR_BODY, Exchange, Upstream, UpstreamConnection
 
 HOSTILE = [
     "plain",
@@ -108,3 +110,30 @@ def test_a_stream_split_anywhere_is_measured_and_forwarded_as_when_parsed_whole(
     assert nothing == b""
     assert "".join(kept.content) == "".join(texts)
     assert kept.token_events == whole.token_events
+
+
+async def test_a_streams_first_read_is_kept_whole_until_the_relay_takes_it() -> None:
+    # One read can bring the headers and much of the stream before the relay, a turn of the
+    # loop later, sets its sink; none of it may be lost, however large.
+    loop = asyncio.get_running_loop()
+    connection = UpstreamConnection(Upstream(connect_timeout_s=1.0), ("127.0.0.1", 9))
+    exchange = Exchange(loop)
+    events = [b"data: " + b"x" * 50_000 + b"\n\n" for _ in range(6)]
+    chunked = b"".join(b"%x\r\n%b\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+    connection.send(exchange, b"", b"")
+    head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n"
+    connection.data_received(head + chunked[:200_000])  # the headers and four events
+    assert await exchange.headers == 200
+    taken: list[bytes] = []
+    exchange.set_sink(taken.append)
+    connection.data_received(chunked[200_000:])
+    assert b"".join(taken) == b"".join(events)
+    assert exchange.complete
+
+    # A refusal's body is kept only in part.
+    refused = Exchange(loop)
+    connection.send(refused, b"", b"")
+    connection.data_received(
+        b"HTTP/1.1 400 Bad Request\r\ncontent-length: 300000\r\n\r\n" + b"y" * 300_000
+    )
+    assert len(refused.buffered()) == MAX_ERROR_BODY

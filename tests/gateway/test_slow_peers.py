@@ -55,6 +55,65 @@ def silent_replica() -> Iterator[str]:
     server.close()
 
 
+@pytest.fixture
+def bursting_replica() -> Iterator[str]:
+    """A replica that answers each request with its whole stream, headers and 3,000 events
+    (~600 KB), in one write, as a fast replica's answer can arrive in one read."""
+    events = [
+        orjson.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                      "model": "tiny", "choices": [{"index": 0, "delta": {"content": f" w{i}"},
+                                                    "logprobs": None, "finish_reason": None}]})
+        for i in range(3000)
+    ]  # fmt: skip
+    events.append(orjson.dumps({"id": "chatcmpl-1", "model": "tiny", "choices": [
+        {"index": 0, "delta": {}, "finish_reason": "length"}]}))  # fmt: skip
+    events.append(orjson.dumps({"id": "chatcmpl-1", "model": "tiny", "choices": [],
+                                "usage": {"prompt_tokens": 5, "completion_tokens": 3000,
+                                          "total_tokens": 3005}}))  # fmt: skip
+    body = b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    answer = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+        b"content-length: %d\r\n\r\n%b" % (len(body), body)
+    )
+    server = socket.create_server(("127.0.0.1", free_port()))
+    stopping = threading.Event()
+
+    def answer_each() -> None:
+        server.settimeout(0.2)
+        while not stopping.is_set():
+            try:
+                connection, _ = server.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += connection.recv(65536)
+                head, _, rest = request.partition(b"\r\n\r\n")
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                while len(rest) < length:
+                    rest += connection.recv(65536)
+                connection.sendall(answer)
+
+    thread = threading.Thread(target=answer_each, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    stopping.set()
+    thread.join()
+    server.close()
+
+
+def test_a_whole_answer_in_one_read_reaches_the_client_whole(
+    gateways: GatewayLauncher, redis_url: str, bursting_replica: str
+) -> None:
+    gateway = serve(gateways, redis_url, make_snapshot([bursting_replica]))
+    status, answer, _ = post(gateway, chat_body(max_tokens=3000))
+    assert status == 200, answer
+    choice = answer["choices"][0]  # type: ignore[index]
+    assert choice["message"]["content"] == "".join(f" w{i}" for i in range(3000))
+    assert answer["usage"]["completion_tokens"] == 3000  # type: ignore[index]
+
+
 def raw_connection(gateway: GatewayProcess) -> socket.socket:
     parts = urlsplit(gateway.url)
     return socket.create_connection((parts.hostname or "", parts.port or 80), timeout=10)
