@@ -235,23 +235,12 @@ async def relay(
     UpstreamCutOff when the stream broke off.
     """
     progress.status = response.status
-    if response.status >= 400:
-        progress.error_body = await response.read_body()
-        return
-    stream = StreamRelay(
-        response,
-        progress,
-        line,
-        client_streams=client_streams,
-        client_wants_usage=client_wants_usage,
-        served_model=served_model,
-        public_model=public_model,
-    )
     exchange = response.exchange
     loop = asyncio.get_running_loop()
 
     # One timer for both deadlines (this is every request's path; a timer costs less than
     # asyncio.timeout): at the first-token deadline it fails the exchange or moves to the total.
+    # A refusal's body is the answer, due by the first-token deadline too.
     timer: list[asyncio.TimerHandle] = []
 
     def first_token_due() -> None:
@@ -262,6 +251,18 @@ async def relay(
 
     timer.append(loop.call_at(min(first_token_by, total_by), first_token_due))
     try:
+        if response.status >= 400:
+            progress.error_body = await response.read_body()
+            return
+        stream = StreamRelay(
+            response,
+            progress,
+            line,
+            client_streams=client_streams,
+            client_wants_usage=client_wants_usage,
+            served_model=served_model,
+            public_model=public_model,
+        )
         exchange.set_sink(stream.feed)
         await exchange.done
     finally:

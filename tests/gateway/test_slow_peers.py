@@ -5,6 +5,7 @@ Each would otherwise hold a request or a socket of the gateway for ever.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -29,9 +30,10 @@ from tests.gateway.test_limits import post
 from tests.simfleet.harness import Fleet, FleetLauncher, metric, model, wait_until
 
 
-@pytest.fixture
-def silent_replica() -> Iterator[str]:
-    """A TCP server that accepts connections, reads what it is sent, and never answers."""
+@contextlib.contextmanager
+def holding_replica(first: bytes) -> Iterator[str]:
+    """A TCP server that accepts connections, reads what it is sent, answers `first` (maybe
+    nothing) and then never another byte."""
     server = socket.create_server(("127.0.0.1", free_port()))
     held: list[socket.socket] = []
     stopping = threading.Event()
@@ -44,6 +46,9 @@ def silent_replica() -> Iterator[str]:
             except TimeoutError:
                 continue
             held.append(connection)
+            if first:
+                connection.recv(65536)
+                connection.sendall(first)
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
@@ -53,6 +58,12 @@ def silent_replica() -> Iterator[str]:
     for connection in held:
         connection.close()
     server.close()
+
+
+@pytest.fixture
+def silent_replica() -> Iterator[str]:
+    with holding_replica(b"") as url:
+        yield url
 
 
 @pytest.fixture
@@ -134,6 +145,20 @@ def test_a_replica_that_never_sends_its_headers_is_cut_at_the_first_token_deadli
     gateway = serve(gateways, redis_url, snapshot, GATEWAY_FIRST_TOKEN_TIMEOUT_S="0.5")
     started = time.monotonic()
     status, body, _ = post(gateway, chat_body())
+    assert status == 504
+    assert body["error"]["code"] == "first_token_timeout"  # type: ignore[index]
+    assert time.monotonic() - started < 5
+
+
+def test_a_replica_that_starts_a_refusal_and_stalls_is_cut_at_the_first_token_deadline(
+    gateways: GatewayLauncher, redis_url: str
+) -> None:
+    first = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 100\r\n\r\n" + b'{"error": '
+    with holding_replica(first) as replica:
+        snapshot = make_snapshot([replica])
+        gateway = serve(gateways, redis_url, snapshot, GATEWAY_FIRST_TOKEN_TIMEOUT_S="0.5")
+        started = time.monotonic()
+        status, body, _ = post(gateway, chat_body())
     assert status == 504
     assert body["error"]["code"] == "first_token_timeout"  # type: ignore[index]
     assert time.monotonic() - started < 5
