@@ -170,6 +170,21 @@ class Processes:
         raise SystemExit(f"{name} did not come up in {seconds:g} s:\n{self.log_tail(name)}")
 
 
+def start_nginx_proxy(
+    procs: Processes, nginx: str, port: int, upstream_port: int
+) -> subprocess.Popen[bytes]:
+    """nginx as a plain reverse proxy on `port` (overhead_setup.nginx_conf), once it answers."""
+    home = procs.home / "nginx"
+    home.mkdir(exist_ok=True)
+    conf = home / "nginx.conf"
+    conf.write_text(nginx_conf(home, port, upstream_port))
+    argv = [nginx, "-p", str(home), "-c", str(conf), "-e", str(home / "error.log")]
+    process = procs.start("nginx", argv, cpus="proxy")
+    url = f"http://127.0.0.1:{port}/health"
+    procs.wait_until("nginx", lambda: http("GET", url)[0] == 200, 30)
+    return process
+
+
 def start_targets(procs: Processes, redis_url: str, nginx: str, litellm: Path) -> list[Target]:
     home = procs.home
     sim_port, gw_port, gw_metrics_port, ng_port, ll_port = (free_port() for _ in range(5))
@@ -196,15 +211,7 @@ def start_targets(procs: Processes, redis_url: str, nginx: str, litellm: Path) -
         return process
 
     def start_nginx() -> subprocess.Popen[bytes]:
-        ng_home = home / "nginx"
-        ng_home.mkdir(exist_ok=True)
-        conf = ng_home / "nginx.conf"
-        conf.write_text(nginx_conf(ng_home, ng_port, sim_port))
-        argv = [nginx, "-p", str(ng_home), "-c", str(conf), "-e", str(ng_home / "error.log")]
-        process = procs.start("nginx", argv, cpus="proxy")
-        url = f"http://127.0.0.1:{ng_port}/health"
-        procs.wait_until("nginx", lambda: http("GET", url)[0] == 200, 30)
-        return process
+        return start_nginx_proxy(procs, nginx, ng_port, sim_port)
 
     master = "sk-" + secrets.token_hex(16)
 

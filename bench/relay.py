@@ -84,7 +84,6 @@ from overhead_setup import (
     ensure_nginx,
     gateway_env,
     litellm_yaml,
-    nginx_conf,
     publish_snapshot,
     snapshot,
 )
@@ -97,6 +96,7 @@ from overhead_targets import (
     http,
     machine_cpu_seconds,
     redis_server,
+    start_nginx_proxy,
 )
 from relay_load import TOKEN, TOKENS
 from relay_report import (
@@ -158,14 +158,8 @@ def start_tollgate(procs: Processes, redis_url: str, upstream: str) -> Target:
 
 
 def start_nginx(procs: Processes, nginx: str, upstream_port: int) -> Target:
-    home = procs.home / "nginx"
-    home.mkdir(exist_ok=True)
     port = free_port()
-    conf = home / "nginx.conf"
-    conf.write_text(nginx_conf(home, port, upstream_port))
-    argv = [nginx, "-p", str(home), "-c", str(conf), "-e", str(home / "error.log")]
-    procs.start("nginx", argv, cpus="proxy")
-    procs.wait_until("nginx", lambda: http("GET", f"http://127.0.0.1:{port}/health")[0] == 200, 30)
+    start_nginx_proxy(procs, nginx, port, upstream_port)
     return Target("nginx", f"http://127.0.0.1:{port}", {})
 
 
