@@ -9,7 +9,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -31,9 +31,9 @@ from tests.simfleet.harness import Fleet, FleetLauncher, metric, model, wait_unt
 
 
 @contextlib.contextmanager
-def holding_replica(first: bytes) -> Iterator[str]:
-    """A TCP server that accepts connections, reads what it is sent, answers `first` (maybe
-    nothing) and then never another byte."""
+def replica_server(handle: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A TCP server whose every connection `handle` serves, one after the other; connections
+    stay open until the server stops."""
     server = socket.create_server(("127.0.0.1", free_port()))
     held: list[socket.socket] = []
     stopping = threading.Event()
@@ -46,9 +46,7 @@ def holding_replica(first: bytes) -> Iterator[str]:
             except TimeoutError:
                 continue
             held.append(connection)
-            if first:
-                connection.recv(65536)
-                connection.sendall(first)
+            handle(connection)
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
@@ -58,6 +56,18 @@ def holding_replica(first: bytes) -> Iterator[str]:
     for connection in held:
         connection.close()
     server.close()
+
+
+def holding_replica(first: bytes) -> contextlib.AbstractContextManager[str]:
+    """A replica that reads what it is sent, answers `first` (maybe nothing) and then never
+    another byte."""
+
+    def answer_first(connection: socket.socket) -> None:
+        if first:
+            connection.recv(65536)
+            connection.sendall(first)
+
+    return replica_server(answer_first)
 
 
 @pytest.fixture
@@ -86,32 +96,19 @@ def bursting_replica() -> Iterator[str]:
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
         b"content-length: %d\r\n\r\n%b" % (len(body), body)
     )
-    server = socket.create_server(("127.0.0.1", free_port()))
-    stopping = threading.Event()
 
-    def answer_each() -> None:
-        server.settimeout(0.2)
-        while not stopping.is_set():
-            try:
-                connection, _ = server.accept()
-            except TimeoutError:
-                continue
-            with connection:
-                request = b""
-                while b"\r\n\r\n" not in request:
-                    request += connection.recv(65536)
-                head, _, rest = request.partition(b"\r\n\r\n")
-                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
-                while len(rest) < length:
-                    rest += connection.recv(65536)
-                connection.sendall(answer)
+    def answer_whole(connection: socket.socket) -> None:
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += connection.recv(65536)
+        head, _, rest = request.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+        while len(rest) < length:
+            rest += connection.recv(65536)
+        connection.sendall(answer)
 
-    thread = threading.Thread(target=answer_each, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    stopping.set()
-    thread.join()
-    server.close()
+    with replica_server(answer_whole) as url:
+        yield url
 
 
 def test_a_whole_answer_in_one_read_reaches_the_client_whole(
