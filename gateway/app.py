@@ -236,10 +236,11 @@ class GatewayApp:
         self._shed_if_saturated(call)
         await self._admit(call)
         progress = Progress()
+        line: ClientLine = scope["extensions"][CLIENT_LINE]
         try:
-            await self._proxy(call, progress, scope["extensions"][CLIENT_LINE], send)
+            await self._proxy(call, progress, line, send)
         except GatewayError as error:
-            if not progress.headers_sent:
+            if not line.started:
                 progress.status = error.status
                 raise  # answered as a JSON error by __call__
             # Mid-stream: the status line is gone; end the stream with an error event.

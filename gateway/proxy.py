@@ -25,7 +25,6 @@ class Progress:
     """What has come back from the replica so far (read by the caller even after a cancel)."""
 
     status: int = 0
-    headers_sent: bool = False
     client_left: bool = False
     first_token_at: float | None = None
     last_token_at: float | None = None
@@ -148,7 +147,6 @@ class StreamRelay:
                 line.write(b"".join(out))
             else:
                 line.start_stream(SSE_HEADERS, b"".join(out))
-                self.progress.headers_sent = True
             if line.paused:
                 self.response.connection.pause_reading()
                 line.on_writable = self._client_writable
