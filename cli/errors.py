@@ -42,3 +42,13 @@ class ApiError(CliError):
     def __init__(self, message: str, *, status: int, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.status = status
+
+
+class Unreachable(CliError):
+    """The control plane could not be reached (refused, reset, timed out) within the retries."""
+
+
+def is_transient(exc: CliError) -> bool:
+    """Whether asking again later may succeed: the server was away, or failed on its side.
+    A 4xx (a bad token, a rollout that does not exist) will answer the same every time."""
+    return isinstance(exc, Unreachable) or (isinstance(exc, ApiError) and exc.status >= 500)

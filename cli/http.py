@@ -21,7 +21,7 @@ from urllib.parse import quote
 import click
 import requests
 
-from cli.errors import ApiError, CliError
+from cli.errors import ApiError, CliError, Unreachable
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 WRITES = frozenset({"POST", "PUT", "PATCH"})
@@ -161,8 +161,8 @@ class Api:
         )
         time.sleep(delay)
 
-    def _unreachable(self, exc: requests.RequestException, attempts: int) -> CliError:
-        return CliError(
+    def _unreachable(self, exc: requests.RequestException, attempts: int) -> Unreachable:
+        return Unreachable(
             f"cannot reach the control plane at {self.base_url}: {_why(exc)} "
             f"({attempts} attempt{'s' if attempts > 1 else ''})",
             hint="check TOLLGATE_URL (the control plane's base URL, e.g. http://127.0.0.1:8000) "

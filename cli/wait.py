@@ -17,9 +17,14 @@ from typing import Any, Protocol, TextIO, TypeVar
 
 import click
 
-from cli.errors import CliError
+from cli.errors import CliError, is_transient
 
 BAR_WIDTH = 20
+# A wait outlives the polls that fail on the server's side (a restart, a database that is away
+# for seconds): the rollout goes on regardless, and a pipeline that gave up on one failed GET
+# would report an outcome it never saw. This many failed polls in a row end the wait, with the
+# last error; each one is noted in the log as it happens.
+MAX_FAILED_POLLS = 5
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_TIMEOUT_S = 3600.0
 
@@ -139,11 +144,28 @@ def wait_until_settled(
 
     Past `timeout` it stops with exit code 2; the rollout itself goes on, only the wait ends.
     """
-    reporter = reporter_for(stream if stream is not None else sys.stderr)
+    out = stream if stream is not None else sys.stderr
+    reporter = reporter_for(out)
     started = time.monotonic()
+    failed = 0
     try:
         while True:
-            current = poll()
+            try:
+                current = poll()
+            except CliError as exc:
+                failed += 1
+                elapsed = time.monotonic() - started
+                if not is_transient(exc) or failed >= MAX_FAILED_POLLS or elapsed >= timeout:
+                    raise
+                reporter.finish()
+                click.echo(
+                    f"[{_clock(elapsed)}] polling {what} failed ({failed} of "
+                    f"{MAX_FAILED_POLLS} in a row), still waiting: {exc.message}",
+                    file=out,
+                )
+                time.sleep(max(0.0, min(interval, timeout - elapsed)))
+                continue
+            failed = 0
             reading = read(current)
             elapsed = time.monotonic() - started
             reporter.show(reading, elapsed)

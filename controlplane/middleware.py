@@ -8,6 +8,9 @@ import time
 from collections.abc import Callable
 from urllib.parse import unquote_plus
 
+import redis
+from django.db import Error as DatabaseError
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from controlplane import metrics
@@ -97,6 +100,43 @@ class RejectNulMiddleware:
                 status=400,
             )
         return self.get_response(request)
+
+
+# What a dependency that is away, overloaded or restarting raises: the connection failed or timed
+# out, the server closed it, a statement was cancelled or lost a deadlock. The request may succeed
+# if sent again, so it is a 503 that says when to retry (the CLI retries 503s by itself), not a
+# 500 that reads as a bug; anything else a driver raises is a bug and stays a 500.
+UNAVAILABLE = (OperationalError, InterfaceError, redis.ConnectionError, redis.TimeoutError)
+RETRY_AFTER_S = 5
+
+
+class DependencyUnavailableMiddleware:
+    """A view that failed because Postgres or Redis is away answers 503 with Retry-After."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
+        if not isinstance(exc, UNAVAILABLE):
+            return None
+        what = "the database" if isinstance(exc, DatabaseError) else "Redis"
+        # The driver's first line names the cause (a timeout, a refused connection) and carries
+        # no password; the rest can be a long traceback of the server's.
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        logger.warning(
+            "dependency unavailable",
+            extra={"path": request.path, "dependency": what, "error": cause[:300]},
+        )
+        detail = f"{what} is unavailable for the moment; retry in a few seconds"
+        if request.path.startswith("/api/"):
+            response: HttpResponse = JsonResponse({"detail": detail}, status=503)
+        else:
+            response = HttpResponse(detail, status=503, content_type="text/plain; charset=utf-8")
+        response["Retry-After"] = str(RETRY_AFTER_S)
+        return response
 
 
 class IdempotencyMiddleware:

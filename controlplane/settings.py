@@ -88,6 +88,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "controlplane.middleware.IdempotencyMiddleware",
+    "controlplane.middleware.DependencyUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"

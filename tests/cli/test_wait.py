@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from cli.rollouts import rollout_reading
-from cli.wait import wait_until_settled
-from tests.cli.conftest import Reply, StandIn, run_cli
+from cli.wait import MAX_FAILED_POLLS, wait_until_settled
+from tests.cli.conftest import Drop, Reply, StandIn, run_cli
 
 PLAN = {"steps": [{"weight": 10}, {"weight": 50}, {"weight": 100}]}
 
@@ -85,6 +85,55 @@ def test_a_terminal_gets_one_redrawn_line() -> None:
     assert "step 3/3, canary 100%" in last
     first = text.split("\r\x1b[2K")[1]
     assert first.startswith("[" + "#" * 7 + "-" * 13 + "]")
+
+
+def test_a_poll_the_server_fails_is_asked_again_and_the_wait_goes_on(
+    stand_in_factory: Callable[..., StandIn],
+) -> None:
+    # A 500 (no retry within the request) and dropped connections between readings: the wait
+    # notes each and reports the outcome it then sees.
+    failing = Reply(500, {"detail": "boom"})
+    script = [
+        Reply(200, JOURNEY[0]),
+        failing,
+        Drop(),
+        Drop(),
+        Drop(),
+        Reply(200, JOURNEY[4]),
+    ]
+    stand_in = stand_in_factory(script=script)
+    args = ["rollout", "status", "7", "--wait", "--interval", "0.1"]
+    result = run_cli(args, url=stand_in.url, token="t", TOLLGATE_RETRIES="0")
+    assert result.exit_code == 0, result.output
+    assert len(stand_in.seen) == len(script)
+    assert (
+        "polling rollout 7 failed (1 of 5 in a row), still waiting: GET /api/v1/rollouts/7 "
+        "answered 500" in result.stderr
+    )
+    assert "(4 of 5 in a row)" in result.stderr
+    assert "rollout 7 promoted" in result.stderr
+
+
+def test_polls_that_keep_failing_end_the_wait_with_the_last_error(
+    stand_in_factory: Callable[..., StandIn],
+) -> None:
+    stand_in = stand_in_factory(script=[Reply(200, JOURNEY[0])] + [Reply(500, {"detail": "x"})] * 9)
+    args = ["rollout", "status", "7", "--wait", "--interval", "0.1"]
+    result = run_cli(args, url=stand_in.url, token="t", TOLLGATE_RETRIES="0")
+    assert result.exit_code == 2
+    assert len(stand_in.seen) == 1 + MAX_FAILED_POLLS
+    assert "(4 of 5 in a row)" in result.stderr
+    assert "Error: GET /api/v1/rollouts/7 answered 500" in result.stderr
+
+
+def test_a_4xx_poll_ends_the_wait_at_once(stand_in_factory: Callable[..., StandIn]) -> None:
+    revoked = Reply(401, {"detail": "Invalid or revoked API token."})
+    stand_in = stand_in_factory(script=[Reply(200, JOURNEY[0]), revoked, Reply(200, JOURNEY[4])])
+    args = ["rollout", "status", "7", "--wait", "--interval", "0.1"]
+    result = run_cli(args, url=stand_in.url, token="t", TOLLGATE_RETRIES="0")
+    assert result.exit_code == 2, result.output
+    assert len(stand_in.seen) == 2
+    assert "still waiting" not in result.stderr
 
 
 def test_waiting_past_the_timeout_exits_2_and_says_the_rollout_goes_on(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import traceback
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,7 @@ def test_a_lora_canary_on_real_vllm_is_promoted_and_a_broken_adapter_rolled_back
     settings: SettingsWrapper,
     tmp_path: Path,
     phases: Phases,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     url = str(live_server.url)
     settings.PROMETHEUS_URL = prometheus_sd  # the pages read the Prometheus that scrapes vLLM
@@ -204,6 +206,15 @@ def test_a_lora_canary_on_real_vllm_is_promoted_and_a_broken_adapter_rolled_back
             traffic.stop()
         gateways.stop_all()
         worker.stop()
+    # The CLI's wait outlives a failed poll; the control plane must still never answer one 500.
+    server_errors = [
+        (record.getMessage(), traceback.format_exception(*record.exc_info)[-2:])
+        if record.exc_info
+        else (record.getMessage(), [])
+        for record in caplog.records
+        if record.name == "django.request" and getattr(record, "status_code", 0) == 500
+    ]
+    assert not server_errors, server_errors
     assert traffic is not None
     assert 0 not in traffic.statuses, "the gateway dropped connections"
     assert all(s in (200, 429) for s in traffic.statuses), set(traffic.statuses)
