@@ -33,6 +33,12 @@ class Plan(BaseModel):
             raise ValueError("the last step must send 100% to the candidate")
         return self
 
+    @property
+    def equal_share_steps(self) -> tuple[int, ...]:
+        """The steps where the canary carries the baseline's share (50%): without a control arm,
+        the only ones where the two arms' latencies meet the same load."""
+        return tuple(i for i, step in enumerate(self.steps) if step.weight == 50)
+
 
 DEFAULT_PLAN = Plan(steps=(Step(weight=5), Step(weight=25), Step(weight=50), Step(weight=100)))
 

@@ -237,8 +237,11 @@ def test_the_evidence_of_earlier_judged_steps_carries_into_the_next(running: Rol
     look = step_look(running, now=timezone.now(), final=False)
     assert look is not None
     assert (look.step, look.window.first_step, look.window.steps) == (1, 0, (0, 1))
-    assert look.report.verdict("ttft_p50").n_candidate == 1000
+    assert look.report.verdict("error_rate").n_candidate == 1000
     assert look.report.verdict("error_rate").n_baseline == 1000
+    # Without a control arm, latencies compare the 50% step alone: at 5% the arms' loads differ.
+    assert look.report.verdict("ttft_p50").n_candidate == 400
+    assert look.report.verdict("ttft_p50").n_baseline == 400
     assert look.window.feedback["canary"] == (1, 0)  # feedback on a request of the 5% step
     # The guardrails still read the step's own samples.
     assert decide(running).evidence["canary"]["samples"] == 400  # type: ignore[index]
@@ -257,7 +260,9 @@ def test_a_verdict_of_a_later_step_is_reproduced_from_every_step_it_read(
     assert verdict.window["first_step"] == 0
     traffic(running, "canary", 300, seed=49, step=1, ttft_scale=3.0)  # after the look
     assert recompute(verdict).to_dict() == verdict.report
-    assert verdict.report["verdicts"][0]["n_candidate"] == 1000
+    by_metric = {v["metric"]: v for v in verdict.report["verdicts"]}
+    assert by_metric["error_rate"]["n_candidate"] == 1000
+    assert by_metric["ttft_p50"]["n_candidate"] == 400  # the 50% step's alone (no control arm)
 
 
 def test_a_verdict_stored_before_evidence_carried_reads_its_own_step_alone(

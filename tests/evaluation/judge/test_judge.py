@@ -379,3 +379,49 @@ def test_report_round_trips_through_strict_json(rng: np.random.Generator) -> Non
     assert again.verdict("ttft_p50").outcome is report.verdict("ttft_p50").outcome
     assert again.verdict("ttft_p50").pass_threshold == 0.10
     assert again.verdict("ttft_p50").alpha == DEFAULT_POLICY.alpha_of(DEFAULT_POLICY.metrics[0])
+
+
+def _across_steps(
+    rng: np.random.Generator, name: str, *, at_5: tuple[int, float], at_50: tuple[int, float]
+) -> ArmSamples:
+    """An arm's requests at the 5% step and then the 50% one, each with its own TTFT scale (the
+    load the arm's replicas carried there, or the model's own speed)."""
+    (n5, scale5), (n50, scale50) = at_5, at_50
+    early = make_arm(rng, n5, name=name, ttft_factor=scale5, step=0, per_s=20)
+    late = make_arm(rng, n50, name=name, ttft_factor=scale50, step=2, per_s=20, start=1.7e9 + 600)
+    return ArmSamples.concat(early, late)
+
+
+def test_without_a_control_arm_latencies_are_compared_where_the_loads_are_equal(
+    rng: np.random.Generator,
+) -> None:
+    # At 5% the candidate's replicas idle (its TTFT 0.7 of the baseline's, which carries 95%);
+    # at 50% the loads are equal and the candidate is 30% slower.
+    baseline = _across_steps(rng, "v1", at_5=(6000, 1.0), at_50=(3000, 1.0))
+    candidate = _across_steps(rng, "v2", at_5=(300, 0.7), at_50=(3000, 1.3))
+
+    pooled = judge(baseline, candidate, final=False)
+    at_equal_shares = judge(baseline, candidate, final=False, equal_share_steps=(2,))
+
+    assert pooled.verdict("ttft_p50").outcome is not Outcome.FAIL
+    verdict = at_equal_shares.verdict("ttft_p50")
+    assert verdict.outcome is Outcome.FAIL
+    assert (verdict.n_baseline, verdict.n_candidate) == (3000, 3000)
+    assert at_equal_shares.decision is Decision.ROLLBACK
+    # What no load changes still reads every step.
+    assert at_equal_shares.verdict("error_rate").n_candidate == 3300
+
+
+def test_before_the_50_percent_step_latencies_wait_for_it(rng: np.random.Generator) -> None:
+    baseline = make_arm(rng, 6000, name="v1", step=0)
+    candidate = make_arm(rng, 300, name="v2", step=0, ttft_factor=0.7)
+    report = judge(baseline, candidate, final=True, equal_share_steps=(2,))
+    verdict = report.verdict("ttft_p50")
+    assert verdict.outcome is Outcome.INCONCLUSIVE
+    assert verdict.rule.startswith("not compared at this share: without a control arm")
+    assert report.decision is Decision.CONTINUE
+    assert "ttft_p50" in report.reason
+    # With a control arm at the candidate's share, the loads match at every step.
+    control = make_arm(rng, 300, name="v1-control", step=0)
+    with_control = judge(baseline, candidate, final=True, control=control, equal_share_steps=(2,))
+    assert with_control.verdict("ttft_p50").n_candidate == 300
