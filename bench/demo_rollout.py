@@ -3,7 +3,7 @@
     .venv/bin/python bench/demo_rollout.py [--runs 2] [--timeout 900]
 
 Each run does what `make demo` does, on a stack of its own: an empty database
-(`tollgate_bench_demo`, dropped before and after), Redis database 15 (flushed before), free
+(`tollgate_bench_demo`, dropped before and after), Redis database 11 (flushed before), free
 ports for the web server, the gateway, Prometheus and the two simfleet replicas, and a var
 directory under var/bench/demo, so it runs beside a developer's stack and leaves it alone. It
 brings the stack up (`deploy/stack.py up`), seeds the demo data, starts the demo canary
@@ -39,7 +39,7 @@ PYTHON = ROOT / ".venv" / "bin" / "python"
 VAR = ROOT / "var" / "bench" / "demo"
 DATABASE = "tollgate_bench_demo"
 SERVER = "postgres://postgres@127.0.0.1:5432"
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = "redis://127.0.0.1:6379/11"  # the tests take 15, the other benches 12-14
 SETTLED = ("promoted", "rolled_back", "paused", "aborted", "failed")
 
 
