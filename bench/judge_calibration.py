@@ -493,7 +493,7 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
                 final=final,
                 control=control if control is not None and len(control) else None,
                 last_step=step == judged[-1],
-                equal_share_steps=plan.equal_share_steps or None,
+                equal_share_steps=plan.equal_share_steps,
             )
 
         decision = decide_on(state, step_arms, look)

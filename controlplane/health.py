@@ -51,7 +51,7 @@ CHECKS: dict[str, Callable[[], None]] = {
 }
 
 
-def _describe(exc: Exception) -> str:
+def describe_error(exc: Exception) -> str:
     # Driver errors can span several lines; the first one names the cause.
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -64,7 +64,7 @@ def run_check(check: Callable[[], None]) -> dict[str, Any]:
     except (
         Exception  # noqa: BLE001 -- any failure of a dependency is reported, none may escape
     ) as exc:
-        return {"status": "error", "error": _describe(exc)}
+        return {"status": "error", "error": describe_error(exc)}
     return {"status": "ok", "latency_ms": round((time.perf_counter() - started) * 1000, 1)}
 
 

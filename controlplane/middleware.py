@@ -14,6 +14,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from controlplane import metrics
+from controlplane.health import describe_error
 from controlplane.logging import clean_request_id, request_id_var
 from core import idempotency
 
@@ -123,12 +124,9 @@ class DependencyUnavailableMiddleware:
         if not isinstance(exc, UNAVAILABLE):
             return None
         what = "the database" if isinstance(exc, DatabaseError) else "Redis"
-        # The driver's first line names the cause (a timeout, a refused connection) and carries
-        # no password; the rest can be a long traceback of the server's.
-        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         logger.warning(
             "dependency unavailable",
-            extra={"path": request.path, "dependency": what, "error": cause[:300]},
+            extra={"path": request.path, "dependency": what, "error": describe_error(exc)},
         )
         detail = f"{what} is unavailable for the moment; retry in a few seconds"
         if request.path.startswith("/api/"):

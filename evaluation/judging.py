@@ -99,7 +99,7 @@ def report_of(
         final=final,
         last_step=bool(judged) and window.step == judged[-1],
         # A plan without a 50% step compares latencies across its steps' loads, as it can.
-        equal_share_steps=rollout.parsed_plan.equal_share_steps or None,
+        equal_share_steps=rollout.parsed_plan.equal_share_steps,
     )
 
 

@@ -94,12 +94,12 @@ def judge(
     replicas. When given, load-sensitive metrics compare the candidate with it like for like, and
     the others with the baseline and control pooled. Without one, `equal_share_steps` names the
     steps where the candidate carried the baseline's share (50%): load-sensitive metrics then
-    compare those steps' samples only. At 5% a candidate's replicas idle beside a baseline's
-    carrying 95%, and a latency compared across that difference in load is the load's, not the
-    model's: a candidate 30% slower looks faster, and pooled with the 50% step's samples the
-    steps' difference also reads as noise that no step can settle (on the demo's fleet, p95 TPOT
-    54% "faster" with a standard error of 0.21 on the log scale, against +8% and 0.07 at 50%
-    alone).
+    compare those steps' samples only (none named: every step's, across their loads). At 5% a
+    candidate's replicas idle beside a baseline's carrying 95%, and a latency compared across
+    that difference in load is the load's, not the model's: a candidate 30% slower looks faster,
+    and pooled with the 50% step's samples the steps' difference also reads as noise that no
+    step can settle (on the demo's fleet, p95 TPOT 54% "faster" with a standard error of 0.21 on
+    the log scale, against +8% and 0.07 at 50% alone).
     """
     odd = tuple(
         found
@@ -119,7 +119,7 @@ def judge(
             without(candidate, aside),
             prepared,
         )
-    if control is None and equal_share_steps is not None:
+    if control is None and equal_share_steps:
         steps = sorted(equal_share_steps)
         everything = (_at_equal_shares(everything[0], steps, prepared), everything[1])
         latencies = (_at_equal_shares(latencies[0], steps, prepared), latencies[1])
