@@ -3,15 +3,17 @@
     .venv/bin/python bench/demo_rollout.py [--runs 2] [--timeout 900]
 
 Each run does what `make demo` does, on a stack of its own: an empty database
-(`tollgate_bench_demo`, dropped before and after), Redis database 11 (flushed before), free
-ports for the web server, the gateway, Prometheus and the two simfleet replicas, and a var
+(`tollgate_bench_demo`, dropped before; the last run's is left to read), Redis database 11
+(flushed before), free ports for the web server, the gateway, Prometheus and the three simfleet
+replicas (baseline, candidate, control), and a var
 directory under var/bench/demo, so it runs beside a developer's stack and leaves it alone. It
 brings the stack up (`deploy/stack.py up`), seeds the demo data, starts the demo canary
 (`manage.py demo_canary`: the "demo" plan, whose steps ask only the default 200 samples at 50%,
 so the judge says how many it needs) and the demo's traffic (20 requests/s), then reads the
 rollout's events from the database as they are written, until the rollout settles. It prints
-each event's time since the rollout started, with the candidate's samples, and then each
-figure's minimum, median and maximum over the runs.
+each event's time since the rollout started, with the candidate's samples, every 30 s what the
+judge's latest look left unsettled, and then each figure's minimum, median and maximum over the
+runs.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ DATABASE = "tollgate_bench_demo"
 SERVER = "postgres://postgres@127.0.0.1:5432"
 REDIS_URL = "redis://127.0.0.1:6379/11"  # the tests take 15, the other benches 12-14
 SETTLED = ("promoted", "rolled_back", "paused", "aborted", "failed")
+# How often a run prints what the judge is still waiting on.
+TRAIL_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ def environment() -> dict[str, str]:
         "GATEWAY_PORT": str(gateway),
         "GATEWAY_METRICS_PORT": str(metrics),
         "PROMETHEUS_URL": f"http://127.0.0.1:{prometheus}",
-        "SIMFLEET_BASE_PORT": str(free_ports(2)),
+        "SIMFLEET_BASE_PORT": str(free_ports(6)),
     }
 
 
@@ -112,7 +116,6 @@ def demo_stack(env: dict[str, str]) -> Iterator[None]:
         subprocess.run(
             [sys.executable, "deploy/stack.py", "down"], cwd=ROOT, env=env, capture_output=True
         )
-        drop_database()
 
 
 def events_of(rollout_id: int) -> tuple[str, list[Event]]:
@@ -132,6 +135,26 @@ def events_of(rollout_id: int) -> tuple[str, list[Event]]:
     ]
 
 
+def unsettled(rollout_id: int) -> str:
+    """What the judge's latest look at the rollout has not settled: each inconclusive metric with
+    the candidate's samples, its difference, and how far its pass bound stands from the margin."""
+    with psycopg.connect(f"{SERVER}/{DATABASE}") as db:
+        row = db.execute(
+            "SELECT report FROM evaluation_verdict WHERE rollout_id = %s "
+            "ORDER BY looked_at DESC, id DESC LIMIT 1",
+            (rollout_id,),
+        ).fetchone()
+    if row is None:
+        return ""
+    nan = float("nan")
+    return "; ".join(
+        f"{v['metric']} n={v['n_candidate']} vs {v['reference']} {v['difference'] or 0:+.3f} "
+        f"bound {v['pass_bound'] or nan:+.3f} vs {v['pass_threshold'] or nan:+.3f}"
+        for v in row[0]["verdicts"]
+        if v["outcome"] == "inconclusive" and v["n_candidate"]
+    )
+
+
 def one_run(number: int, timeout_s: float) -> list[Event]:
     env = environment()
     with demo_stack(env):
@@ -143,7 +166,7 @@ def one_run(number: int, timeout_s: float) -> list[Event]:
         rollout_id = int(found.group(1))
         run([sys.executable, "deploy/stack.py", "traffic"], env)
         deadline = time.monotonic() + timeout_s
-        shown = 0
+        shown, trail_at = 0, time.monotonic() + TRAIL_S
         while True:
             state, events = events_of(rollout_id)
             for event in events[shown:]:
@@ -156,6 +179,9 @@ def one_run(number: int, timeout_s: float) -> list[Event]:
             shown = len(events)
             if state in SETTLED or time.monotonic() > deadline:
                 return events
+            if time.monotonic() > trail_at:
+                trail_at += TRAIL_S
+                print(f"run {number}  waiting on: {unsettled(rollout_id) or '-'}", flush=True)
             time.sleep(1)
 
 

@@ -1,7 +1,9 @@
 """The demo fleets (the simfleet replicas `make up` starts), deployments and route.
 
-Replica 1 serves the production version (support-chat v1) and replica 2 the candidate (v2), so
-`manage.py demo_canary` can walk a live canary between them, with the "demo" plan template.
+Replica 1 serves the production version (support-chat v1), replica 2 the candidate (v2) and
+replica 3 a second copy of v1, the control arm: `manage.py demo_canary` walks a live canary
+between them with the "demo" plan template, the control carrying the canary's share of traffic so
+that the candidate's latencies are compared with v1's at the same load from the first step.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ from rollouts.services.templates import plan_template_create
 from tenants.models import User
 
 ROUTE = "support-chat"
-# (fleet, replica port offset from SIMFLEET_BASE_PORT, version deployed there)
-FLEETS = [("simfleet-a", 0, "v1"), ("simfleet-b", 1, "v2")]
+# (fleet, version deployed there); fleet i's replicas listen on SIMFLEET_BASE_PORT +
+# REPLICAS_PER_FLEET * i + 0, 1, ...
+FLEETS = [("simfleet-a", "v1"), ("simfleet-b", "v2"), ("simfleet-c", "v1")]
+REPLICAS_PER_FLEET = 2
+BASELINE_FLEET, CANDIDATE_FLEET, CONTROL_FLEET = (name for name, *_ in FLEETS)
 # Short bakes so a person watching sees every step within a few minutes. The 50% step is the
 # last one the A/B judge compares, and before promotion it must show the candidate no worse
 # within the pass margins: how many samples that takes is the judge's to say (the engine waits
@@ -59,7 +64,7 @@ def _deployment(fleet: Fleet, artifact: ModelArtifact) -> Deployment:
 
 def seed() -> dict[str, Any]:
     deployments = {}
-    for name, offset, version in FLEETS:
+    for index, (name, version) in enumerate(FLEETS):
         fleet, _ = Fleet.objects.get_or_create(
             name=name,
             defaults={
@@ -68,14 +73,15 @@ def seed() -> dict[str, Any]:
                 "dollars_per_gpu_hour": Decimal("2.50"),
             },
         )
-        port = settings.SIMFLEET_BASE_PORT + offset
-        Replica.objects.update_or_create(
-            fleet=fleet, name="r0", defaults={"base_url": f"http://127.0.0.1:{port}"}
-        )
+        for number in range(REPLICAS_PER_FLEET):
+            port = settings.SIMFLEET_BASE_PORT + REPLICAS_PER_FLEET * index + number
+            Replica.objects.update_or_create(
+                fleet=fleet, name=f"r{number}", defaults={"base_url": f"http://127.0.0.1:{port}"}
+            )
         artifact = ModelArtifact.objects.get(family="support-chat", version=version)
-        deployments[version] = _deployment(fleet, artifact)
+        deployments[name] = _deployment(fleet, artifact)
     Route.objects.get_or_create(
-        name=ROUTE, defaults={"baseline": deployments["v1"], "salt": "demo"}
+        name=ROUTE, defaults={"baseline": deployments[BASELINE_FLEET], "salt": "demo"}
     )
     manager = User.objects.get(username="release")
     for name, plan, gates, description in TEMPLATES:
@@ -85,6 +91,7 @@ def seed() -> dict[str, Any]:
             )
     return {
         "routes": [ROUTE],
-        "candidate_deployment": deployments["v2"].pk,
+        "candidate_deployment": deployments[CANDIDATE_FLEET].pk,
+        "control_deployment": deployments[CONTROL_FLEET].pk,
         "plan_templates": [name for name, *_ in TEMPLATES],
     }

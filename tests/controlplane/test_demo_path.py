@@ -16,6 +16,7 @@ import pytest
 from django.core.management import call_command
 from pytest_django.fixtures import Settings
 
+from rollouts.seed import FLEETS, REPLICAS_PER_FLEET
 from tests.conftest import ROOT, free_port
 from tests.gateway.conftest import GatewayLauncher, wait_for_version
 from tests.simfleet.harness import healthy, stop, wait_until
@@ -23,17 +24,22 @@ from tests.simfleet.harness import healthy, stop, wait_until
 
 @pytest.fixture
 def demo_fleet(settings: Settings, tmp_path: Path) -> Iterator[int]:
-    base = free_ports_in_a_row(2)
+    replicas = len(FLEETS) * REPLICAS_PER_FLEET  # what `make up` starts for the seeded fleets
+    base = free_ports_in_a_row(replicas)
     settings.SIMFLEET_BASE_PORT = base
+    command = [sys.executable, "-m", "simfleet", "--replicas", str(replicas)]
+    command += ["--base-port", str(base)]
     with (tmp_path / "simfleet.log").open("wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "simfleet", "--replicas", "2", "--base-port", str(base)],
+            command,
             cwd=ROOT,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_until(lambda: all(healthy(f"http://127.0.0.1:{base + i}") for i in range(2)), 30)
+        wait_until(
+            lambda: all(healthy(f"http://127.0.0.1:{base + i}") for i in range(replicas)), 30
+        )
         yield base
     finally:
         stop(process)

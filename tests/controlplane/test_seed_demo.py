@@ -6,7 +6,7 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from core.models import AuditEvent
-from rollouts.models import PlanTemplate
+from rollouts.models import PlanTemplate, Rollout
 from tenants.models import ApiToken, Tenant, User
 
 
@@ -65,3 +65,24 @@ def test_seeding_restores_a_demo_user_that_was_changed(db: None, client: Any) ->
 def test_the_json_names_every_url_people_need(db: None) -> None:
     urls = seed_json()["urls"]
     assert {"web", "admin", "api_docs", "readyz", "gateway", "prometheus"} <= urls.keys()
+
+
+def test_the_demo_canary_compares_v2_with_a_copy_of_v1_on_replicas_of_its_own(db: None) -> None:
+    seed_json()
+    call_command("demo_canary", stdout=io.StringIO())
+    rollout = Rollout.objects.get()
+    assert (rollout.candidate.artifact.version, rollout.candidate.fleet.name) == (
+        "v2",
+        "simfleet-b",
+    )
+    assert rollout.control is not None
+    assert rollout.control.artifact == rollout.route.baseline.artifact
+    assert rollout.control.fleet.name == "simfleet-c"
+    # Each arm on replicas of its own, two each, every one on its own port.
+    arms = [rollout.route.baseline, rollout.candidate, rollout.control]
+    replicas = [set(arm.fleet.replicas.values_list("base_url", flat=True)) for arm in arms]
+    assert [len(urls) for urls in replicas] == [2, 2, 2]
+    assert len(set().union(*replicas)) == 6
+    # Run again while it is live, it starts nothing more.
+    call_command("demo_canary", stdout=io.StringIO())
+    assert Rollout.objects.count() == 1

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand
 from orchestration.gateway_snapshot import publish_snapshot
 from rollouts.choices import LIVE_STATES
 from rollouts.models import Deployment, PlanTemplate, Rollout, Route
-from rollouts.seed import ROUTE
+from rollouts.seed import CANDIDATE_FLEET, CONTROL_FLEET, ROUTE
 from rollouts.services.rollouts import rollout_create, rollout_start
 from tenants.models import User
 
@@ -19,7 +19,7 @@ class Command(BaseCommand):
         live = Rollout.objects.filter(route=route, state__in=LIVE_STATES).first()
         if live is None:
             candidate = Deployment.objects.get(
-                fleet__name="simfleet-b", artifact__version="v2", state="ready"
+                fleet__name=CANDIDATE_FLEET, artifact__version="v2", state="ready"
             )
             if route.baseline_id == candidate.pk:
                 self.stdout.write("The demo candidate is already in production.")
@@ -33,7 +33,21 @@ class Command(BaseCommand):
                 candidate=candidate,
                 plan=template.parsed_plan,
                 gates=template.parsed_gates,
+                # v1's second copy beside the canary: latencies compared at equal load.
+                control=_control(route),
             )
             rollout_start(actor=manager, rollout_id=live.pk)
         url = f"{settings.PUBLIC_WEB_URL}/rollouts/{live.pk}/"
         self.stdout.write(f"Live canary: rollout {live.pk} of support-chat v2, watch it at {url}")
+
+
+def _control(route: Route) -> Deployment | None:
+    """v1 on the control fleet, when it is ready and v1 is still the baseline (after a promotion
+    v2 is, and its rollouts have no copy of it to compare with)."""
+    return (
+        Deployment.objects.filter(
+            fleet__name=CONTROL_FLEET, artifact=route.baseline.artifact, state="ready"
+        )
+        .exclude(pk=route.baseline_id)
+        .first()
+    )
