@@ -22,8 +22,10 @@ JSON) and reads it back through the samples consumer's parser (`core.streams.sam
 the stored columns (`ArmSamples.from_rows`), assigning arms with the gateway's own hash on the
 gateway's own session keys (`gateway.sessions`).
 
-The engine ticks every 2 s; the bounds it reads are anytime-valid, so a coarser `--tick` changes
-the time to a decision by at most one tick and can only lower the error rates measured here.
+The engine ticks every 2 s; the bounds its interim looks read are anytime-valid, so a coarser
+`--tick` changes the time to a decision by at most one tick and can only lower the error rates
+of those; each step's scheduled look (its first final one) is a single fixed look either way,
+taken up to one tick after the step has baked.
 """
 
 from __future__ import annotations
@@ -461,6 +463,7 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
     judged = [i for i, step in enumerate(plan.steps) if step.weight < 100]
     now, drawn_until = 0.0, 0.0
     step_index, step_started, resumed, held, passed = 0, 0.0, False, False, False
+    scheduled_look_taken = False
     held_for: tuple[str, ...] = ()
 
     while True:
@@ -476,6 +479,7 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
             baked_s=now - step_started,
             resumed=resumed,
             judged=step_index in judged,
+            scheduled_look_taken=scheduled_look_taken,
         )
         step_arms = {
             arm: log.samples(until=now, steps=(step_index, step_index)) for arm, log in logs.items()
@@ -483,7 +487,11 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
         window = (judged[0], step_index)
 
         def look(
-            final: bool, window: tuple[int, int] = window, now: float = now, step: int = step_index
+            final: bool,
+            scheduled: bool,
+            window: tuple[int, int] = window,
+            now: float = now,
+            step: int = step_index,
         ) -> Report:
             control = logs["control"].samples(until=now, steps=window) if scenario.control else None
             return judge(
@@ -494,6 +502,7 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
                 control=control if control is not None and len(control) else None,
                 last_step=step == judged[-1],
                 equal_share_steps=plan.equal_share_steps,
+                scheduled_looks=len(judged) if scheduled else 0,
             )
 
         decision = decide_on(state, step_arms, look)
@@ -508,6 +517,7 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
             return Outcome("rolled_back", held, passed, by, now, held_for)
         if decision.report is not None and decision.report.final:
             passed = passed or decision.report.decision == "promote"
+            scheduled_look_taken = True
         if decision.action == "pause":
             held_for = held_for or _unresolved(decision.report)
             if resumed:
@@ -519,6 +529,7 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
                 result = "promoted" if decision.action == "promote" else "ended"
                 return Outcome(result, held, passed, "", now, held_for)
             step_index, step_started, resumed = step_index + 1, now, False
+            scheduled_look_taken = False
             continue
         if resumed and now - step_started > RESUMED_LIMIT_S:
             return Outcome("held", True, passed, "", now, held_for)

@@ -84,10 +84,12 @@ def report_of(
     *,
     rollout: Rollout,
     final: bool,
+    scheduled: bool = False,
     samples: dict[str, ArmSamples] | None = None,
 ) -> Report:
     """The judge's report on exactly the samples of `window`: what a look computed, and what
-    recomputing a stored verdict computes again."""
+    recomputing a stored verdict computes again. `scheduled`: the step's scheduled look (its
+    first final one), one of as many as the plan has judged steps."""
     arms = samples if samples is not None else selectors.window_samples(window)
     judged = judged_steps(rollout)
     control = arms["control"] if len(arms["control"]) else None  # only rollouts with one
@@ -100,6 +102,7 @@ def report_of(
         last_step=bool(judged) and window.step == judged[-1],
         # A plan without a 50% step compares latencies across its steps' loads, as it can.
         equal_share_steps=rollout.parsed_plan.equal_share_steps,
+        scheduled_looks=len(judged) if scheduled else 0,
     )
 
 
@@ -120,20 +123,29 @@ def look_at(
     *,
     now: dt.datetime,
     final: bool,
+    scheduled: bool = False,
 ) -> Look | None:
     """The judge's look at `samples` (read for `window`); None at a step it does not compare."""
     if window.step not in judged_steps(rollout):
         return None
-    report = report_of(window, rollout=rollout, final=final, samples=samples)
+    report = report_of(window, rollout=rollout, final=final, scheduled=scheduled, samples=samples)
     return Look(rollout.pk, window.step, now, final, report, window)
 
 
-def step_look(rollout: Rollout, *, now: dt.datetime, final: bool) -> Look | None:
+def step_look(
+    rollout: Rollout, *, now: dt.datetime, final: bool, scheduled: bool = False
+) -> Look | None:
     """A look at the rollout's current step; None at a step the judge does not compare."""
     if rollout.step_index not in judged_steps(rollout):
         return None
     window, samples = step_window(rollout)
-    return look_at(rollout, window, samples, now=now, final=final)
+    return look_at(rollout, window, samples, now=now, final=final, scheduled=scheduled)
+
+
+def scheduled_look_taken(rollout: Rollout) -> bool:
+    """Whether the current step has had its scheduled look (every final look is kept once one
+    is scheduled: see `keep`)."""
+    return rollout.verdicts.filter(step=rollout.step_index, final=True).exists()
 
 
 def _outcomes(report: dict[str, Any]) -> tuple[object, ...]:
@@ -142,9 +154,10 @@ def _outcomes(report: dict[str, Any]) -> tuple[object, ...]:
 
 
 def keep(look: Look, *, rollout: Rollout, acted: bool) -> Verdict | None:
-    """Stores the look when it is worth a row (see the module's docstring)."""
+    """Stores the look when it is worth a row (see the module's docstring). A scheduled look is
+    always kept: the next tick reads from it that the step's scheduled look was taken."""
     report = look.report.to_dict()
-    if not acted:
+    if not (acted or look.report.scheduled):
         last = selectors.latest_verdict(look.rollout_id, look.step)
         if (
             last is not None
@@ -167,4 +180,9 @@ def keep(look: Look, *, rollout: Rollout, acted: bool) -> Verdict | None:
 def recompute(verdict: Verdict) -> Report:
     """The report a stored verdict's samples give today (the same, while they are retained)."""
     window = selectors.Window.from_dict(verdict.window)
-    return report_of(window, rollout=verdict.rollout, final=verdict.final)
+    return report_of(
+        window,
+        rollout=verdict.rollout,
+        final=verdict.final,
+        scheduled=bool(verdict.report.get("scheduled", False)),
+    )

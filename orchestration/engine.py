@@ -3,10 +3,13 @@
 One error budget covers every path that can roll a candidate back (`Policy.alpha`, per rollout):
 the SLO guardrails run on every tick on the current step's candidate samples as sequential tests
 of "within the limit" (`evaluation.judge.guardrails`) at their share of it; the A/B judge
-compares the candidate with the baseline on every tick too, with anytime-valid bounds at the
-rest of it: interim looks while the step bakes may only roll back; once the step has baked and
+compares the candidate with the baseline on every tick too, at the rest of it: interim looks
+while the step bakes may only roll back, on anytime-valid bounds; once the step has baked and
 holds enough samples, a final look passes it (next step or promotion), rolls back, or pauses the
-rollout for a person when the evidence stays unresolved at the last judged step. The 100% step
+rollout for a person when the evidence stays unresolved at the last judged step. A step's first
+final look is its scheduled look, where fail bounds may also read the alpha kept for one fixed
+look per judged step (`Policy.fail_alphas`); later final looks of a held or resumed step read
+the anytime-valid bounds alone. The 100% step
 has no baseline traffic to compare with and runs on the guardrails alone.
 
 `decide_on` is the decision itself, on samples in memory: the Celery tick (`advance`) calls it
@@ -53,6 +56,7 @@ class TickState:
     baked_s: float
     resumed: bool  # a person resumed the rollout at this step (asking for more evidence)
     judged: bool  # whether the judge compares arms at this step (every step but 100%)
+    scheduled_look_taken: bool = False  # whether this step's first final look was taken
 
 
 @dataclass(frozen=True)
@@ -69,12 +73,12 @@ class Decision:
 def decide_on(
     state: TickState,
     step_arms: dict[str, ArmSamples],
-    look: Callable[[bool], Report | None],
+    look: Callable[[bool, bool], Report | None],
     policy: Policy = DEFAULT_POLICY,
 ) -> Decision:
     """The tick's decision. `step_arms` are this step's samples per arm (baseline, canary,
-    control); `look(final)` is the judge's look at the evidence so far (every judged step's
-    samples), None at a step it does not judge."""
+    control); `look(final, scheduled)` is the judge's look at the evidence so far (every judged
+    step's samples), None at a step it does not judge."""
     step = state.plan.steps[state.step_index]
     canary, baseline = step_arms["canary"], step_arms["baseline"]
     control = step_arms.get("control")
@@ -101,7 +105,8 @@ def decide_on(
     # candidate is compared with is the baseline and its copy together.
     reference = baseline_stats.samples + (control_stats.samples if control_stats else 0)
     short_of_baseline = reference < baseline_needed
-    report = look(not (baking or short_of_baseline)) if state.judged else None
+    final = not (baking or short_of_baseline)
+    report = look(final, final and not state.scheduled_look_taken) if state.judged else None
 
     def decided(action: Action, reason: str, *, acted: bool) -> Decision:
         if report is not None:
@@ -207,8 +212,8 @@ def decide(rollout: Rollout, now: dt.datetime | None = None, *, record: bool = F
     }
     looks: list[judging.Look] = []
 
-    def look(final: bool) -> Report | None:
-        taken = judging.look_at(rollout, window, samples, now=now, final=final)
+    def look(final: bool, scheduled: bool) -> Report | None:
+        taken = judging.look_at(rollout, window, samples, now=now, final=final, scheduled=scheduled)
         if taken is not None:
             looks.append(taken)
         return taken.report if taken is not None else None
@@ -224,6 +229,7 @@ def decide(rollout: Rollout, now: dt.datetime | None = None, *, record: bool = F
             to_state=RolloutState.RUNNING,
         ).exists(),
         judged=rollout.step_index in judging.judged_steps(rollout),
+        scheduled_look_taken=judging.scheduled_look_taken(rollout),
     )
     decision = decide_on(state, step_arms, look)
     if looks and "judge" in decision.evidence:

@@ -5,8 +5,10 @@ is worse, and both bounds anytime-valid (see `sequential`), so that looking on e
 a step or resuming it cannot inflate them:
 
 - fail: harm - bound > fail margin. The candidate is shown worse than its fail margin; the bound
-  is at the metric's share of the rollout's alpha (`Policy.alpha_of`). For rates the same number
-  of standard errors is read on the arcsine-square-root scale (`estimators.RateCounts`).
+  is at the metric's share of the rollout's alpha (`Policy.alpha_of`), spent partly on an
+  anytime-valid bound and partly on a fixed schedule of one look per judged step
+  (`Policy.fail_alphas`): a scheduled look reads the tighter of the two. For rates the same
+  number of standard errors is read on the arcsine-square-root scale (`estimators.RateCounts`).
 - pass: harm + bound < pass margin. The candidate is shown worse by less than its pass margin;
   the bound is at `pass_alpha`. A pass counts at the end of a step only.
 - inconclusive: otherwise; and always when an arm has too few samples or neither has any.
@@ -45,7 +47,7 @@ from evaluation.judge.policy import DEFAULT_POLICY, Direction, Kind, MetricPolic
 from evaluation.judge.replicas import odd_replica, without
 from evaluation.judge.report import Decision, MetricVerdict, Outcome, Report
 from evaluation.judge.samples import ArmSamples
-from evaluation.judge.sequential import mixture_bound
+from evaluation.judge.sequential import fixed_bound, mixture_bound
 
 # Latencies are what a slow host changes; set-aside replicas leave only these.
 LATENCY_SIGNALS = frozenset({"ttft_ms", "tpot_ms", "e2e_ms"})
@@ -79,6 +81,7 @@ def judge(
     control: ArmSamples | None = None,
     last_step: bool = False,
     equal_share_steps: Collection[int] | None = None,
+    scheduled_looks: int = 0,
 ) -> Report:
     """Compares the candidate's samples with the baseline's.
 
@@ -100,13 +103,17 @@ def judge(
     and pooled with the 50% step's samples the steps' difference also reads as noise that no
     step can settle (on the demo's fleet, p95 TPOT 54% "faster" with a standard error of 0.21 on
     the log scale, against +8% and 0.07 at 50% alone).
+
+    `scheduled_looks` > 0 says this is one of the rollout's scheduled looks (the first final
+    look of each judged step: the caller keeps that schedule, one look a step), and how many the
+    rollout has; its fail bounds may then read the fixed-look share of alpha.
     """
     odd = tuple(
         found
         for name, arm in (("baseline", baseline), ("control", control), ("candidate", candidate))
         if arm is not None and (found := odd_replica(arm, name)) is not None
     )
-    prepared = _Prepared(policy)
+    prepared = _Prepared(policy, scheduled_looks)
     everything = _arm_sets(baseline, control, candidate, prepared)
     # A replica odd in any arm is left out of every arm's latencies (one host may serve both,
     # as adapters on one server do); its errors, lengths and tool calls still count.
@@ -139,6 +146,7 @@ def judge(
         decision,
         reason,
         final=final,
+        scheduled=scheduled_looks > 0,
         alpha_per_metric=policy.judge_alpha,
         set_aside=tuple(found.describe() for found in odd),
     )
@@ -186,6 +194,7 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
     pass_margin = _scaled(metric, metric.passes_below)
     sign = 1.0 if metric.direction == Direction.LOWER_IS_BETTER else -1.0
     alpha = policy.alpha_of(metric)
+    anytime_alpha, look_alpha = policy.fail_alphas(metric, prepared.scheduled_looks)
     try:
         estimate = _estimate(metric, arms, prepared)
     except _Unresolved as unresolved:
@@ -202,7 +211,14 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
     # Both mixtures spread over changes the size of the pass margin: that is where decisions are
     # made (a spread the size of a tight fail margin, a tenth of a point, would make the bound
     # several times wider at the sample sizes where a margin-sized change shows).
-    fail_bound = mixture_bound(estimate.se, alpha=alpha, scale=pass_margin)
+    fail_bound = mixture_bound(estimate.se, alpha=anytime_alpha, scale=pass_margin)
+    valid = f"a bound valid at every look, alpha {anytime_alpha:.2g} of its {alpha:.2g}"
+    if look_alpha and (scheduled := fixed_bound(estimate.se, alpha=look_alpha)) < fail_bound:
+        fail_bound = scheduled
+        valid = (
+            f"the step's scheduled look, alpha {look_alpha:.2g} of its {alpha:.2g} "
+            f"over {prepared.scheduled_looks} steps"
+        )
     pass_bound = mixture_bound(estimate.se, alpha=policy.pass_alpha, scale=pass_margin)
     harm = sign * estimate.theta
     if estimate.counts is not None and estimate.se > 0:
@@ -219,8 +235,7 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
         outcome = Outcome.FAIL
         rule = (
             f"worse than the {_show_margin(metric, metric.margin)} fail margin beyond doubt: "
-            f"{shown}, worse by at least {_show(metric, _natural(metric, at_least))} "
-            f"(a bound valid at every look, alpha {alpha:.2g})"
+            f"{shown}, worse by at least {_show(metric, _natural(metric, at_least))} ({valid})"
         )
     elif at_most < pass_margin:
         outcome = Outcome.PASS
@@ -260,8 +275,9 @@ class _Prepared:
     """What the metrics of one call share, computed once: each arm's masks and clusters, and
     each column's values sorted (the three TTFT quantiles read one sort)."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, scheduled_looks: int = 0) -> None:
         self.policy = policy
+        self.scheduled_looks = scheduled_looks
         self._cache: dict[tuple[object, ...], object] = {}
 
     def masks(self, arm: ArmSamples) -> signals.ArmMasks:

@@ -158,11 +158,16 @@ class Policy:
     # The rollout's error budget: the chance that a candidate no worse than the baseline (and
     # within its SLO limits) is rolled back by anything the engine does, at any look of any
     # step. `guardrail_share` of it goes to the SLO guardrails (`guardrails`), the rest to the
-    # judge, split over the metrics by weight (Bonferroni). The judge's bounds are anytime-valid
-    # over the whole rollout (evidence carries from one step to the next), so the looks and the
-    # steps need no share of their own.
+    # judge, split over the metrics by weight (Bonferroni). Each metric's share is spent two
+    # ways (`fail_alphas`): `scheduled_share` of it on a fixed schedule of looks, one at the end
+    # of each judged step (the step's first final look, on the evidence of every judged step so
+    # far), the rest on an anytime-valid bound that every other look reads (interim ticks, a
+    # held or resumed step). The union of the two stays within the share: a fixed look reads a
+    # bound of about 3.4 standard errors where the anytime one needs 4.2 or more, so the step's
+    # end, where the evidence is, gets most of it, and a gross regression is still caught mid-step.
     alpha: float = 0.01
     guardrail_share: float = 0.2
+    scheduled_share: float = 0.75
     # The error of a pass (the chance of passing a metric that is worse than its pass margin),
     # also anytime-valid, so that re-reading on every tick of a held or resumed step cannot
     # inflate it. Every metric must pass for a step to pass, so this needs no split over the
@@ -179,6 +184,8 @@ class Policy:
             raise ValueError("alpha and pass_alpha must be in (0, 1)")
         if not 0 < self.guardrail_share < 1:
             raise ValueError("guardrail_share must be in (0, 1)")
+        if not 0 <= self.scheduled_share < 1:
+            raise ValueError("scheduled_share must be in [0, 1)")
 
     @property
     def judge_alpha(self) -> float:
@@ -190,6 +197,15 @@ class Policy:
 
     def alpha_of(self, metric: MetricPolicy) -> float:
         return self.judge_alpha * metric.weight / sum(m.weight for m in self.metrics)
+
+    def fail_alphas(self, metric: MetricPolicy, scheduled_looks: int) -> tuple[float, float]:
+        """The metric's fail alpha for its anytime-valid bound, and for each of the rollout's
+        `scheduled_looks` fixed looks (0 when the caller keeps no schedule: then nothing)."""
+        alpha = self.alpha_of(metric)
+        anytime = alpha * (1 - self.scheduled_share)
+        if scheduled_looks <= 0:
+            return anytime, 0.0
+        return anytime, alpha * self.scheduled_share / scheduled_looks
 
 
 # One metric a question: the mean of output tokens answers "longer answers?" (its rank shift

@@ -93,6 +93,7 @@ class Report:
     decision: Decision
     reason: str
     final: bool = False
+    scheduled: bool = False  # one of the rollout's scheduled looks (see `Policy.fail_alphas`)
     # The judge's share of the rollout's alpha, split over the metrics by weight (each verdict
     # names its own).
     alpha_per_metric: float = math.nan
@@ -111,6 +112,7 @@ class Report:
             "decision": str(self.decision),
             "reason": self.reason,
             "final": self.final,
+            "scheduled": self.scheduled,
             "alpha_per_metric": _json_float(self.alpha_per_metric),
             "verdicts": [v.to_dict() for v in self.verdicts],
             "set_aside": list(self.set_aside),
@@ -123,6 +125,7 @@ class Report:
             decision=Decision(data["decision"]),
             reason=str(data["reason"]),
             final=bool(data.get("final", False)),
+            scheduled=bool(data.get("scheduled", False)),
             alpha_per_metric=_float(data.get("alpha_per_metric")),
             set_aside=tuple(str(line) for line in data.get("set_aside", ())),
         )

@@ -293,3 +293,23 @@ def test_the_guardrails_of_the_100_percent_step_read_its_own_samples_alone(
     decision = decide(running)
     assert decision.action == "promote", decision.reason
     assert decision.evidence["canary"]["samples"] == 60  # type: ignore[index]
+
+
+def test_a_steps_first_final_look_is_scheduled_kept_and_never_scheduled_again(
+    running: Rollout,
+) -> None:
+    traffic(running, "baseline", 60, seed=50)
+    traffic(running, "canary", 60, seed=51)
+    baked(running)
+    first = decide(running, record=True)  # short of the judge's samples: it waits
+    assert first.action == "hold"
+    kept = Verdict.objects.get(rollout=running)
+    assert (kept.final, kept.report["scheduled"]) == (True, True)
+    # The next ticks read the anytime-valid bounds alone; a look changing nothing is not kept.
+    second = decide(running, record=True)
+    assert second.report is not None
+    assert second.report.final
+    assert not second.report.scheduled
+    assert Verdict.objects.filter(rollout=running).count() == 1
+    # A stored scheduled look recomputes as one.
+    assert recompute(kept).scheduled

@@ -190,8 +190,9 @@ def tick(
     baked_s: float = 120.0,
     resumed: bool = False,
     judged: bool = True,
+    scheduled_look_taken: bool = False,
 ) -> TickState:
-    return TickState(PLAN, GATES, step_index, baked_s, resumed, judged)
+    return TickState(PLAN, GATES, step_index, baked_s, resumed, judged, scheduled_look_taken)
 
 
 def arms(canary: ArmSamples | None = None) -> dict[str, ArmSamples]:
@@ -202,11 +203,13 @@ def arms(canary: ArmSamples | None = None) -> dict[str, ArmSamples]:
     }
 
 
-def says(decision: Decision) -> Callable[[bool], Report]:
+def says(decision: Decision) -> Callable[[bool, bool], Report]:
     """A judge that answers every look with `decision`."""
 
-    def look(is_final: bool) -> Report:
-        return Report((), decision, f"the judge says {decision}", final=is_final)
+    def look(is_final: bool, scheduled: bool) -> Report:
+        return Report(
+            (), decision, f"the judge says {decision}", final=is_final, scheduled=scheduled
+        )
 
     return look
 
@@ -226,7 +229,7 @@ def test_a_clear_breach_rolls_back_without_asking_the_judge() -> None:
     rng = np.random.default_rng(6)
     canary = make_arm(rng, 40, error_rate=0.0, status=np.where(np.arange(40) < 20, 500, 200))
 
-    def look(final: bool) -> Report:
+    def look(final: bool, scheduled: bool) -> Report:
         raise AssertionError("the judge was asked")
 
     decision = decide_on(tick(), arms(canary), look)
@@ -247,7 +250,7 @@ def test_the_judges_rollback_at_an_interim_look_is_acted_on() -> None:
 
 
 def test_a_step_the_judge_does_not_compare_is_never_looked_at() -> None:
-    def look(final: bool) -> Report:
+    def look(final: bool, scheduled: bool) -> Report:
         raise AssertionError("the judge was asked")
 
     decision = decide_on(tick(step_index=2, judged=False), arms(), look)
@@ -261,3 +264,16 @@ def test_a_held_verdict_pauses_for_a_person_unless_a_person_resumed_this_step() 
     resumed = decide_on(tick(baked_s=1000, resumed=True), arms(), says(Decision.HOLD))
     assert (resumed.action, resumed.acted_on_look) == ("hold", False)
     assert resumed.reason == "the A/B judge waits for a settled verdict (resumed)"
+
+
+def test_only_a_steps_first_final_look_is_its_scheduled_one() -> None:
+    looks: list[tuple[bool, bool]] = []
+
+    def look(final: bool, scheduled: bool) -> Report:
+        looks.append((final, scheduled))
+        return Report((), Decision.HOLD, "unsettled", final=final, scheduled=scheduled)
+
+    decide_on(tick(baked_s=10), arms(), look)  # still baking: an interim look
+    decide_on(tick(baked_s=120), arms(), look)  # baked: the step's first final look
+    decide_on(tick(baked_s=122, scheduled_look_taken=True), arms(), look)  # held: re-read
+    assert looks == [(False, False), (True, True), (True, False)]

@@ -425,3 +425,28 @@ def test_before_the_50_percent_step_latencies_wait_for_it(rng: np.random.Generat
     control = make_arm(rng, 300, name="v1-control", step=0)
     with_control = judge(baseline, candidate, final=True, control=control, equal_share_steps=(2,))
     assert with_control.verdict("ttft_p50").n_candidate == 300
+
+
+def test_a_steps_scheduled_look_reads_the_fixed_bound_and_other_looks_the_anytime_one() -> None:
+    # 18% slower on 3,000 requests: shown beyond the 6% fail margin by the fixed bound at a
+    # third of the scheduled share, not by the anytime-valid one at the rest of the alpha.
+    rng = np.random.default_rng(11)
+    baseline, candidate = make_arm(rng, 3000), make_arm(rng, 3000, ttft_factor=1.18)
+    unscheduled = judge(baseline, candidate, final=True)
+    scheduled = judge(baseline, candidate, final=True, scheduled_looks=3)
+    assert unscheduled.verdict("ttft_p50").outcome is Outcome.INCONCLUSIVE
+    assert not unscheduled.scheduled
+    verdict = scheduled.verdict("ttft_p50")
+    assert (verdict.outcome, scheduled.decision, scheduled.scheduled) == (
+        Outcome.FAIL,
+        Decision.ROLLBACK,
+        True,
+    )
+    assert "the step's scheduled look, alpha 0.00016 of its 0.00064 over 3 steps" in verdict.rule
+    # The scheduled look only narrows the fail side: the pass bound is the same anytime one.
+    assert verdict.pass_bound == unscheduled.verdict("ttft_p50").pass_bound
+    # Spread over more looks, each gets less: a wider bound.
+    ten = judge(baseline, candidate, final=True, scheduled_looks=10).verdict("ttft_p50")
+    assert unscheduled.verdict("ttft_p50").interval[0] < ten.interval[0] < verdict.interval[0]
+    again = Report.from_dict(json.loads(json.dumps(scheduled.to_dict(), allow_nan=False)))
+    assert again.scheduled

@@ -98,3 +98,15 @@ def test_tail_quantiles_wait_for_enough_samples_beyond_them() -> None:
     assert floors["ttft_p90"] == 500
     assert floors["ttft_p95"] == 1000
     assert floors["ttft_p99"] == 5000
+
+
+def test_a_metrics_fail_alpha_splits_between_the_anytime_bound_and_the_scheduled_looks() -> None:
+    metric = DEFAULT_POLICY.metrics[0]
+    total = DEFAULT_POLICY.alpha_of(metric)
+    anytime, per_look = DEFAULT_POLICY.fail_alphas(metric, 3)
+    assert anytime + 3 * per_look == pytest.approx(total)
+    assert anytime == pytest.approx(total * (1 - DEFAULT_POLICY.scheduled_share))
+    # Without a schedule the scheduled share is not spent at all.
+    assert DEFAULT_POLICY.fail_alphas(metric, 0) == (anytime, 0.0)
+    with pytest.raises(ValueError, match=r"scheduled_share must be in \[0, 1\)"):
+        Policy(metrics=DEFAULT_POLICY.metrics, scheduled_share=1.0)
