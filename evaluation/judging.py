@@ -132,19 +132,18 @@ def look_at(
     return Look(rollout.pk, window.step, now, final, report, window)
 
 
-def step_look(
-    rollout: Rollout, *, now: dt.datetime, final: bool, scheduled: bool = False
-) -> Look | None:
-    """A look at the rollout's current step; None at a step the judge does not compare."""
+def step_look(rollout: Rollout, *, now: dt.datetime, final: bool) -> Look | None:
+    """A look at the rollout's current step (never its scheduled one: the tick takes that); None
+    at a step the judge does not compare."""
     if rollout.step_index not in judged_steps(rollout):
         return None
     window, samples = step_window(rollout)
-    return look_at(rollout, window, samples, now=now, final=final, scheduled=scheduled)
+    return look_at(rollout, window, samples, now=now, final=final)
 
 
 def scheduled_look_taken(rollout: Rollout) -> bool:
-    """Whether the current step has had its scheduled look (every final look is kept once one
-    is scheduled: see `keep`)."""
+    """Whether the current step has had its scheduled look: its first final look, which `keep`
+    always stores."""
     return rollout.verdicts.filter(step=rollout.step_index, final=True).exists()
 
 

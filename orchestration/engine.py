@@ -9,8 +9,8 @@ holds enough samples, a final look passes it (next step or promotion), rolls bac
 rollout for a person when the evidence stays unresolved at the last judged step. A step's first
 final look is its scheduled look, where fail bounds may also read the alpha kept for one fixed
 look per judged step (`Policy.fail_alphas`); later final looks of a held or resumed step read
-the anytime-valid bounds alone. The 100% step
-has no baseline traffic to compare with and runs on the guardrails alone.
+the anytime-valid bounds alone. The 100% step has no baseline traffic to compare with and runs
+on the guardrails alone.
 
 `decide_on` is the decision itself, on samples in memory: the Celery tick (`advance`) calls it
 on the stored samples, and `bench/judge_calibration.py` on simulated ones, so the error rates

@@ -1,8 +1,9 @@
 """The judge: one verdict per metric and one decision for the step.
 
 Two hypotheses per metric, with "harm" the difference signed so that positive means the candidate
-is worse, and both bounds anytime-valid (see `sequential`), so that looking on every tick, holding
-a step or resuming it cannot inflate them:
+is worse, and both bounds valid however often they are read (anytime-valid, see `sequential`, or
+read once at a scheduled look), so that looking on every tick, holding a step or resuming it
+cannot inflate them:
 
 - fail: harm - bound > fail margin. The candidate is shown worse than its fail margin; the bound
   is at the metric's share of the rollout's alpha (`Policy.alpha_of`), spent partly on an

@@ -355,10 +355,11 @@ def test_the_page_query_count_is_pinned(
     client.force_login(release_manager)
     # session, user, rollout, 2 step stats, events, and the decision's reads: the samples,
     # feedback and entered costs (one read for the guardrails and the A/B judge's look, shared
-    # by the decision and the verdict) and whether a person resumed the step
-    with django_assert_num_queries(10):
+    # by the decision and the verdict), whether a person resumed the step and whether the step
+    # had its scheduled look
+    with django_assert_num_queries(11):
         client.get(f"/rollouts/{running.pk}/")
-    with django_assert_num_queries(10):
+    with django_assert_num_queries(11):
         client.get(f"/rollouts/{running.pk}/?seen=running%3A0", headers=HTMX)
 
 
