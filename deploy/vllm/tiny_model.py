@@ -170,11 +170,45 @@ ATTEMPTS = 6  # a seed whose training stalls on a plateau is replaced by the nex
 def train_adapter(base: Path, tokenizer, answer: str, out: Path, seed: int) -> None:  # type: ignore[no-untyped-def]
     for attempt in range(ATTEMPTS):
         loss, steps, model = _train(base, tokenizer, answer, seed + 1000 * attempt)
-        print(f"adapter {out.name}: loss {loss:.4f} after {steps} steps", flush=True)
-        if loss < 0.05:
+        wrong = _wrong_answers(model, tokenizer, answer)
+        print(
+            f"adapter {out.name}: loss {loss:.4f} after {steps} steps, "
+            f"{len(wrong)} of {2 * len(QUESTIONS)} prompts answered otherwise {wrong[:2]}",
+            flush=True,
+        )
+        if loss < 0.05 and not wrong:
             save_adapter(model, base, out)
             return
     raise SystemExit(f"adapter {out.name} did not learn its answer in {ATTEMPTS} attempts")
+
+
+def _wrong_answers(model, tokenizer, answer: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """What greedy decoding answers to each training question alone, with and without the tool,
+    where that is not `answer`. A low training loss is not enough: the loss averages over
+    batches that mostly join several questions, and the floating-point rounding of another CPU
+    can leave an adapter that answers a lone question otherwise (seen: "S.S.S." for "Is my
+    order on its way?", which the tests ask)."""
+    import torch
+
+    expected = answer + "<|im_end|>"
+    wrong = []
+    model.eval()
+    with torch.no_grad():
+        for question in QUESTIONS:
+            for tools in (None, [WEATHER_TOOL]):
+                prompt = tokenizer.apply_chat_template(
+                    [{"role": "user", "content": question}],
+                    tools=tools,
+                    add_generation_prompt=True,
+                    tokenize=False,
+                )
+                ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt").input_ids
+                out = model.generate(ids, max_new_tokens=16, do_sample=False)
+                said = tokenizer.decode(out[0, ids.shape[1] :])
+                if not said.startswith(expected):
+                    wrong.append(f"{question!r}: {said[:20]!r}")
+    model.train()
+    return wrong
 
 
 def _train(base: Path, tokenizer, answer: str, seed: int):  # type: ignore[no-untyped-def]
