@@ -4,8 +4,8 @@
 
 Each run does what `make demo` does, on a stack of its own: an empty database
 (`tollgate_bench_demo`, dropped before; the last run's is left to read), Redis database 11
-(flushed before), free ports for the web server, the gateway, Prometheus and the three simfleet
-replicas (baseline, candidate, control), and a var
+(flushed before), free ports for the web server, the gateway, Prometheus and the six simfleet
+replicas (two each for the baseline, the candidate and the control), and a var
 directory under var/bench/demo, so it runs beside a developer's stack and leaves it alone. It
 brings the stack up (`deploy/stack.py up`), seeds the demo data, starts the demo canary
 (`manage.py demo_canary`: the "demo" plan, whose steps ask only the default 200 samples at 50%,

@@ -1,13 +1,18 @@
+import importlib.util
 import io
 import json
+import sys
 from typing import Any
 
+import pytest
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from core.models import AuditEvent
 from rollouts.models import PlanTemplate, Rollout
+from rollouts.seed import FLEETS, REPLICAS_PER_FLEET
 from tenants.models import ApiToken, Tenant, User
+from tests.conftest import ROOT
 
 
 def seed_json() -> dict[str, Any]:
@@ -86,3 +91,18 @@ def test_the_demo_canary_compares_v2_with_a_copy_of_v1_on_replicas_of_its_own(db
     # Run again while it is live, it starts nothing more.
     call_command("demo_canary", stdout=io.StringIO())
     assert Rollout.objects.count() == 1
+
+
+def test_make_up_starts_a_simfleet_replica_for_every_replica_the_seed_names() -> None:
+    # deploy/stack.py runs without Django, so it states the count itself: the two must agree.
+    spec = importlib.util.spec_from_file_location("stack", ROOT / "deploy" / "stack.py")
+    assert spec is not None
+    assert spec.loader is not None
+    stack = importlib.util.module_from_spec(spec)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, "stack", stack)  # its dataclasses look their module up
+        spec.loader.exec_module(stack)
+        patch.delenv("SIMFLEET_REPLICAS", raising=False)
+        patch.delenv("SIMFLEET_BASE_PORT", raising=False)
+        ports = stack.simfleet_ports()
+    assert ports == [9101 + i for i in range(len(FLEETS) * REPLICAS_PER_FLEET)]

@@ -42,12 +42,8 @@ class Command(BaseCommand):
 
 
 def _control(route: Route) -> Deployment | None:
-    """v1 on the control fleet, when it is ready and v1 is still the baseline (after a promotion
-    v2 is, and its rollouts have no copy of it to compare with)."""
-    return (
-        Deployment.objects.filter(
-            fleet__name=CONTROL_FLEET, artifact=route.baseline.artifact, state="ready"
-        )
-        .exclude(pk=route.baseline_id)
-        .first()
-    )
+    """The baseline's copy on the control fleet, when it is ready (v1's; once v2 is the baseline
+    there is none, and a rollout goes without a control)."""
+    return Deployment.objects.filter(
+        fleet__name=CONTROL_FLEET, artifact=route.baseline.artifact, state="ready"
+    ).first()
