@@ -71,6 +71,10 @@ DOLLARS_PER_MTOK = 0.40
 # The SLO gates of these rollouts: the default limits on errors and timeouts, and latency gates
 # the baseline meets with room at full load (p95 TTFT about 330 ms, TPOT about 12 ms there).
 GATES = SloGates(ttft_p95_ms=600, tpot_p95_ms=25)
+# How far the gateway's estimate of a prompt (characters / 4) strays from the model's count, as
+# the sd of their log ratio: English prose is near 4 characters a token, code, JSON and other
+# scripts are not.
+ESTIMATE_SD = 0.2
 CHUNK_S = 30.0  # requests are drawn this many seconds at a time, as the clock reaches them
 # How long a resumed step may run before the harness stops waiting (the engine would wait on).
 RESUMED_LIMIT_S = 1200
@@ -231,6 +235,9 @@ class Deployment:
         replica = rng.integers(0, REPLICAS, n)
         slow = self.factor[replica] * np.exp(self.drifts(replica))
         prompt = np.clip(np.round(rng.lognormal(np.log(300), 1.0, n)), 1, 6000).astype(np.int64)
+        # The gateway's estimate from the characters it was sent, off the model's count by the
+        # text's own characters per token.
+        estimate = np.maximum(np.round(prompt * rng.lognormal(0, ESTIMATE_SD, n)), 1)
         drawn = rng.lognormal(np.log(model.output_median), 0.8, n)
         output = np.clip(np.round(drawn), 1, MAX_TOKENS).astype(np.int64)
         finish = np.where(drawn >= MAX_TOKENS, "length", "stop").astype("<U16")
@@ -277,6 +284,7 @@ class Deployment:
             "tpot_ms": tpot,
             "e2e_ms": e2e,
             "prompt_tokens": prompt,
+            "prompt_estimate": estimate.astype(np.int64),
             "output_tokens": output,
             "tool": tool,
             "cost": cost,
@@ -356,7 +364,7 @@ def assign(conversation: np.ndarray, weights: dict[str, float], salt: str) -> np
 def replayed(columns: dict[str, Any], arm: str, step: int) -> dict[str, Any]:
     """The requests as gateway records, through the consumer's parser and the stored columns."""
     fields = frozenset(
-        {"ts", "replica", "status", "finish", "pt", "ot", "ttft_ms", "tpot_ms", "e2e_ms"}
+        {"ts", "replica", "status", "finish", "pt", "pe", "ot", "ttft_ms", "tpot_ms", "e2e_ms"}
         | {"tool", "cost"}
     )
     rows = []
@@ -370,6 +378,7 @@ def replayed(columns: dict[str, Any], arm: str, step: int) -> dict[str, Any]:
             "status": int(columns["status"][i]),
             "finish": str(columns["finish"][i]) or None,
             "pt": int(columns["prompt_tokens"][i]),
+            "pe": int(columns["prompt_estimate"][i]),
             "ot": int(columns["output_tokens"][i]),
             "ttft_ms": _none_if_nan(columns["ttft_ms"][i]),
             "tpot_ms": _none_if_nan(columns["tpot_ms"][i]),
@@ -386,6 +395,7 @@ def replayed(columns: dict[str, Any], arm: str, step: int) -> dict[str, Any]:
                 "tpot_ms": sample.tpot_ms,
                 "e2e_ms": sample.e2e_ms,
                 "prompt_tokens": sample.pt,
+                "prompt_estimate": sample.pe,
                 "output_tokens": sample.ot,
                 "tool": sample.tool,
                 "cost": sample.cost,

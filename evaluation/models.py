@@ -27,6 +27,9 @@ class RequestSample(models.Model):
     # Why the gateway refused the request (finish "rejected"): a budget limit, "shed", ...
     reason = models.CharField(max_length=32, blank=True)
     prompt_tokens = models.PositiveIntegerField()
+    # The gateway's estimate from what the client sent, the same whatever arm served it (the
+    # judge adjusts for it); 0 where the gateway's record had none.
+    prompt_estimate = models.PositiveIntegerField(default=0)
     output_tokens = models.PositiveIntegerField()
     ttft_ms = models.FloatField(null=True, blank=True)
     tpot_ms = models.FloatField(null=True, blank=True)

@@ -48,6 +48,7 @@ OPTIONAL = frozenset(
         "stream",
         "cost",
         "reason",
+        "pe",
     }
 )
 
@@ -65,6 +66,7 @@ def _request_sample(sample: Sample) -> RequestSample:
         status=sample.status,
         finish=(sample.finish or "")[:16],
         prompt_tokens=sample.pt,
+        prompt_estimate=max(sample.pe, 0),
         output_tokens=sample.ot,
         ttft_ms=sample.ttft_ms,
         tpot_ms=sample.tpot_ms,

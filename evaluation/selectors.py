@@ -28,6 +28,7 @@ COLUMNS = (
     "tpot_ms",
     "e2e_ms",
     "prompt_tokens",
+    "prompt_estimate",
     "output_tokens",
     "tool",
     "cost",

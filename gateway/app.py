@@ -387,6 +387,7 @@ class GatewayApp:
             key_id=key.id,
             prompt_estimate=counted.tokens if counted.exact else rough,
             prompt_reserved=counted.tokens,
+            prompt_size=rough,
             send_max_tokens=send_max_tokens,
             allowance=allowance,
             client_streams=bool(payload.get("stream")),

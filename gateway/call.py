@@ -32,6 +32,7 @@ class Call:
     key_id: str
     prompt_estimate: int  # the deployment's count, or a rough one (gateway.requests)
     prompt_reserved: int  # never below the real count (gateway.tokens)
+    prompt_size: int  # the estimate made before an arm was chosen (Sample.pe)
     allowance: int
     client_streams: bool
     client_wants_usage: bool
@@ -64,6 +65,7 @@ class Call:
             stream=self.client_streams,
             cost=0.0,
             reason=reason,
+            pe=self.prompt_size,
         )
 
     def outcome(self, progress: Progress, tool: str | None) -> tuple[Settlement | None, Sample]:
@@ -103,6 +105,7 @@ class Call:
             conc=self.concurrency,
             stream=self.client_streams,
             cost=(prompt_tokens + output_tokens) * self.deployment.cost_per_million_tokens / 1e6,
+            pe=self.prompt_size,
         )
         return settlement, sample
 

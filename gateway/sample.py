@@ -36,3 +36,7 @@ class Sample:
     # Why the gateway refused the request before it reached a replica (finish "rejected"): the
     # budget limit that fired, "shed" or "budget_store"; None for requests that were served.
     reason: str | None = None
+    # The gateway's estimate of the prompt's tokens from what the client sent, made before an arm
+    # was chosen (gateway.requests.estimate_prompt_tokens): unlike pt, which each arm's model
+    # counts its own way, the same whatever arm serves the request, so the judge may adjust for it.
+    pe: int = 0

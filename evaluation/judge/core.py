@@ -232,6 +232,8 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
     low, high = estimate.theta - fail_bound, estimate.theta + fail_bound
     difference = _difference(metric, estimate)
     shown = f"{_show(metric, difference)} against the {arms.name}"
+    if estimate.adjusted:
+        shown += " (adjusted for prompt size)"
     if at_least > fail_margin:
         outcome = Outcome.FAIL
         rule = (
@@ -298,17 +300,22 @@ class _Prepared:
         pooled: ArmSamples,
     ) -> None:
         """Numbers the windows and replicas of the arms of this call as one, so that a window
-        (or a replica) two compared arms share is one cluster."""
+        (or a replica) two compared arms share is one cluster, and bins their prompt sizes on
+        the same edges."""
         arms = [baseline, candidate] + ([] if control is None else [control])
-        numbered = shared_clusters([(arm.replica, arm.ts) for arm in arms])
+        numbered = shared_clusters([(arm.replica, arm.ts, arm.prompt_estimate) for arm in arms])
         for arm, clusters in zip(arms, numbered, strict=True):
             self._cache[("clusters", id(arm))] = clusters
         if control is not None:
             first, second = numbered[0], numbered[2]
+            bins = None
+            if first.prompt_bin is not None and second.prompt_bin is not None:
+                bins = np.concatenate([first.prompt_bin, second.prompt_bin])
             self._cache[("clusters", id(pooled))] = Clusters(
                 np.concatenate([first.window, second.window]),
                 np.concatenate([first.replica, second.replica]),
                 first.windows,
+                bins,
             )
 
     def clusters(self, arm: ArmSamples) -> Clusters:
@@ -361,7 +368,7 @@ def _estimate(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> Estimat
             raise _Unresolved(NO_DATA)
         if math.isnan(ref_summary.scaled) or math.isnan(cand_summary.scaled):
             raise _Unresolved("no cost or no output tokens recorded in one arm")
-        return compare(ref_summary, cand_summary)
+        return compare(ref_summary, cand_summary, adjust=True)
     ref_values, ref_clusters = prepared.column(reference, metric.signal)
     cand_values, cand_clusters = prepared.column(candidate, metric.signal)
     if len(ref_values) == 0 and len(cand_values) == 0:
@@ -373,12 +380,13 @@ def _estimate(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> Estimat
         return compare(
             prepared.sorted(reference, metric.signal).quantile(q),
             prepared.sorted(candidate, metric.signal).quantile(q),
+            adjust=True,
         )
     ref_summary = mean_summary(ref_values, ref_clusters)
     cand_summary = mean_summary(cand_values, cand_clusters)
     if math.isnan(ref_summary.scaled) or math.isnan(cand_summary.scaled):
         raise _Unresolved("a mean of zero cannot be compared as a ratio")
-    return compare(ref_summary, cand_summary)
+    return compare(ref_summary, cand_summary, adjust=True)
 
 
 def _cost_per_mtok(arm: ArmSamples, prepared: _Prepared) -> Summary:

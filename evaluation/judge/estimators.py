@@ -25,6 +25,9 @@ minutes-long drift per replica is the case the calibration shows it undercountin
 README.) Nothing here resamples: the engine judges every
 live rollout every 2 s over tens of thousands of requests, and these cost a few sums.
 
+Latencies, lengths and costs are compared adjusted for the prompt's size (`adjusted`): the
+prefill of a long prompt is much of TTFT's spread, and it is the traffic's, not the model's.
+
 Rates are tested for "worse beyond the fail margin" on the arcsine-square-root scale, where a
 count's spread no longer depends on its level (see `RateCounts`), with the clustered variance's
 excess over independence carried as a design effect.
@@ -52,6 +55,10 @@ _FLOOR = 1e-6
 # difference between neighbouring windows and, where it persists, between replicas; ten seconds
 # holds a few hundred requests of a busy arm and a handful of a 5% canary's.
 WINDOW_S = 10.0
+# A comparison is adjusted for the prompt's size in up to this many bins (deciles), with at least
+# this many requests a bin in the smaller arm: fewer bins there, none under two.
+PROMPT_BINS = 10
+MIN_PER_BIN = 100
 # The replica level counts from this many replicas: fewer give a variance so noisy (one or two
 # degrees of freedom, doubled by the small-sample correction) that it says more about chance than
 # about how replicas differ.
@@ -61,17 +68,20 @@ MIN_CLUSTERS = 4
 @dataclass(frozen=True)
 class Clusters:
     """Each request's time window and replica, as small integers shared by the arms of one
-    comparison (so that a window or a replica common to two arms is one cluster)."""
+    comparison (so that a window or a replica common to two arms is one cluster), and its bin of
+    prompt size (`prompt_bins`), the covariate a comparison is adjusted for."""
 
     window: Ints
     replica: Ints
     windows: int  # how many window codes there are (cells are replica * windows + window)
+    prompt_bin: Ints | None = None  # None: no sizes known
 
     def __len__(self) -> int:
         return len(self.window)
 
     def __getitem__(self, keep: Mask | Ints) -> Clusters:
-        return Clusters(self.window[keep], self.replica[keep], self.windows)
+        bins = None if self.prompt_bin is None else self.prompt_bin[keep]
+        return Clusters(self.window[keep], self.replica[keep], self.windows, bins)
 
     @property
     def cell(self) -> Ints:
@@ -79,25 +89,45 @@ class Clusters:
         return cells
 
 
-def shared_clusters(arms: Sequence[tuple[npt.NDArray[np.str_], Floats]]) -> list[Clusters]:
-    """The clusters of several arms' requests (replica names, arrival times) on one numbering."""
+def shared_clusters(
+    arms: Sequence[tuple[npt.NDArray[np.str_], Floats, Ints | None]],
+) -> list[Clusters]:
+    """The clusters of several arms' requests (replica names, arrival times, the gateway's prompt
+    estimates or None) on one numbering."""
     if not arms:
         return []
-    names = np.concatenate([replica for replica, _ in arms])
-    ts = np.concatenate([times for _, times in arms])
+    names = np.concatenate([replica for replica, _, _ in arms])
+    ts = np.concatenate([times for _, times, _ in arms])
     _, replica = np.unique(names, return_inverse=True)
     _, window = np.unique(np.floor(ts / WINDOW_S).astype(np.int64), return_inverse=True)
     windows = int(window.max()) + 1 if len(window) else 1
+    bins = None
+    if all(sizes is not None for _, _, sizes in arms):
+        bins = prompt_bins(np.concatenate([sizes for _, _, sizes in arms]))
     out, start = [], 0
-    for arm_replica, _ in arms:
+    for arm_replica, _, _ in arms:
         end = start + len(arm_replica)
         out.append(
             Clusters(
-                window[start:end].astype(np.int64), replica[start:end].astype(np.int64), windows
+                window[start:end].astype(np.int64),
+                replica[start:end].astype(np.int64),
+                windows,
+                None if bins is None else bins[start:end],
             )
         )
         start = end
     return out
+
+
+def prompt_bins(sizes: Ints) -> Ints | None:
+    """Each request's decile of prompt size among the known sizes pooled (1-10; 0: not known),
+    or None when too few sizes are known to adjust for."""
+    known = sizes > 0
+    if np.count_nonzero(known) < PROMPT_BINS * MIN_PER_BIN:
+        return None
+    edges = np.quantile(sizes[known], np.linspace(0, 1, PROMPT_BINS + 1)[1:-1])
+    bins: Ints = np.where(known, np.searchsorted(edges, sizes, side="right") + 1, 0)
+    return bins.astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -205,6 +235,7 @@ class Estimate:
     n_reference: int
     n_candidate: int
     counts: RateCounts | None = None  # rates only: their fail test reads these
+    adjusted: bool = False  # for the prompt's size (`adjusted`)
 
 
 def variance_of(terms: Sequence[tuple[Summary, float]]) -> float:
@@ -313,8 +344,13 @@ def ratio_summary(numerator: Floats, denominator: Floats, clusters: Clusters) ->
     return _summary(ratio, math.log(ratio), contributions, clusters)
 
 
-def compare(reference: Summary, candidate: Summary) -> Estimate:
-    """The candidate's estimate less the reference's, with the variance of that difference."""
+def compare(reference: Summary, candidate: Summary, *, adjust: bool = False) -> Estimate:
+    """The candidate's estimate less the reference's, with the variance of that difference;
+    `adjust`: for the prompt's size, where both arms know it (`adjusted`)."""
+    adjusted_for_prompts = False
+    if adjust and (found := adjusted(reference, candidate)) is not None:
+        reference, candidate = found
+        adjusted_for_prompts = True
     return Estimate(
         reference=reference.value,
         candidate=candidate.value,
@@ -322,7 +358,55 @@ def compare(reference: Summary, candidate: Summary) -> Estimate:
         se=math.sqrt(variance_of([(candidate, 1.0), (reference, -1.0)])),
         n_reference=reference.n,
         n_candidate=candidate.n,
+        adjusted=adjusted_for_prompts,
     )
+
+
+def adjusted(reference: Summary, candidate: Summary) -> tuple[Summary, Summary] | None:
+    """Both arms' summaries adjusted for the prompt's size (regression adjustment, as CUPED does
+    for means).
+
+    A long prompt takes long to prefill, so much of TTFT's spread between requests is the
+    prompts', not the model's. The arms are drawn from the same traffic, so their mix of prompt
+    sizes differs only by chance: each request's contribution to its arm's error is regressed on
+    its bin of prompt size (one slope per bin, the same in both arms, fitted on both), and each
+    arm's estimate moves by what its mix of bins, against the arms' pooled mix, predicts. The
+    difference keeps its meaning (the shift has mean zero) and loses the part of its variance the
+    bins explain: for p90 TTFT about a tenth of the standard error, as the calibration measures.
+    The size is the gateway's estimate from what the client sent, made before an arm was
+    chosen, so no model can move it; the prompt tokens the replica reports could not serve (a
+    candidate with another tokenizer counts the same prompts differently, and its slower prefill
+    would be adjusted away). None when either arm lacks sizes or has too few requests."""
+    if reference.contributions is None or candidate.contributions is None:
+        return None
+    if reference.clusters is None or candidate.clusters is None:
+        return None
+    ref_bins, cand_bins = reference.clusters.prompt_bin, candidate.clusters.prompt_bin
+    groups = min(PROMPT_BINS, min(reference.n, candidate.n) // MIN_PER_BIN)
+    if ref_bins is None or cand_bins is None or groups < 2:
+        return None
+
+    def indicators(bins: Ints) -> Floats:
+        # Deciles merged into `groups` bins of about equal size; the unknown size is its own.
+        merged = np.ceil(bins * groups / PROMPT_BINS).astype(np.int64)
+        flags: Floats = (merged[:, None] == np.arange(groups + 1)[None, :]).astype(np.float64)
+        return flags
+
+    ref_x, cand_x = indicators(ref_bins), indicators(cand_bins)
+    ref_mix, cand_mix = ref_x.mean(axis=0), cand_x.mean(axis=0)
+    # Contributions are influences over n, so the regressors are too: least squares on them
+    # minimises the variance of the adjusted difference.
+    design = np.vstack([(ref_x - ref_mix) / reference.n, (cand_x - cand_mix) / candidate.n])
+    observed = np.concatenate([reference.contributions, candidate.contributions])
+    slope, *_ = np.linalg.lstsq(design, observed, rcond=None)
+    pooled = (ref_x.sum(axis=0) + cand_x.sum(axis=0)) / (reference.n + candidate.n)
+
+    def moved(summary: Summary, x: Floats, mix: Floats) -> Summary:
+        contributions = summary.contributions - ((x - mix) / summary.n) @ slope
+        scaled = summary.scaled - float((mix - pooled) @ slope)
+        return _summary(summary.value, scaled, contributions, summary.clusters)  # type: ignore[arg-type]
+
+    return moved(reference, ref_x, ref_mix), moved(candidate, cand_x, cand_mix)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,10 @@ class ArmSamples:
     tpot_ms: npt.NDArray[np.float64]  # NaN when fewer than 2 tokens came
     e2e_ms: npt.NDArray[np.float64]
     prompt_tokens: npt.NDArray[np.int64]
+    # The gateway's estimate of the prompt's tokens, made from what the client sent before an arm
+    # was chosen: unlike prompt_tokens (each arm's model counts its own), the same whatever arm
+    # serves it, so the judge may adjust for it (0: not known, as in records of older gateways).
+    prompt_estimate: npt.NDArray[np.int64]
     output_tokens: npt.NDArray[np.int64]
     tool: npt.NDArray[np.str_]  # "" (no tools), no_call, valid, invalid_json, invalid_schema,
     # unchecked
@@ -69,7 +73,8 @@ class ArmSamples:
         feedback_negative: int = 0,
     ) -> ArmSamples:
         """Coerces array-likes (lists, arrays of other dtypes) into the column dtypes and checks
-        the values. Missing columns are only allowed when every given column is empty."""
+        the values. Missing columns are only allowed when every given column is empty, but for
+        the prompt estimate (zeros: not known)."""
         unknown = set(columns) - set(_COLUMNS)
         if unknown:
             raise ValueError(f"unknown ArmSamples columns: {sorted(unknown)}")
@@ -78,8 +83,8 @@ class ArmSamples:
         for column, dtype in _COLUMNS.items():
             if column in columns:
                 arrays[column] = np.asarray(columns[column], dtype=dtype)
-            elif n == 0:
-                arrays[column] = np.empty(0, dtype=dtype)
+            elif n == 0 or column in _ZERO_WHEN_MISSING:
+                arrays[column] = np.zeros(n, dtype=dtype)
             else:
                 raise ValueError(f"ArmSamples column {column} is missing")
         samples = cls(
@@ -101,9 +106,9 @@ class ArmSamples:
         lists: dict[str, list[Any]] = {column: [] for column in _COLUMNS}
         for index, row in enumerate(rows):
             for column in _COLUMNS:
-                if column not in row:
+                if column not in row and column not in _ZERO_WHEN_MISSING:
                     raise ValueError(f"row {index} has no {column!r}")
-                value = row[column]
+                value = row.get(column, 0)
                 if value is None:
                     if column in _NULLABLE_FLOAT:
                         value = np.nan
@@ -127,7 +132,7 @@ class ArmSamples:
                     f"ArmSamples.{column} has unknown values {sorted(seen - allowed)}; "
                     f"expected one of {sorted(allowed)}"
                 )
-        for column in ("prompt_tokens", "output_tokens"):
+        for column in ("prompt_tokens", "prompt_estimate", "output_tokens"):
             if len(self) and int(getattr(self, column).min()) < 0:
                 raise ValueError(f"ArmSamples.{column} has negative values")
 
@@ -157,6 +162,7 @@ _COLUMNS: dict[str, type] = {
     "tpot_ms": np.float64,
     "e2e_ms": np.float64,
     "prompt_tokens": np.int64,
+    "prompt_estimate": np.int64,
     "output_tokens": np.int64,
     "tool": np.str_,
     "cost": np.float64,
@@ -166,3 +172,5 @@ _COLUMNS: dict[str, type] = {
 }
 _NULLABLE_FLOAT = frozenset({"ttft_ms", "tpot_ms"})
 _NULLABLE_TEXT = frozenset({"finish", "tool", "replica"})
+# Columns that older records (and callers) may leave out: all zeros then.
+_ZERO_WHEN_MISSING = frozenset({"prompt_estimate"})

@@ -52,7 +52,7 @@ def publish(client: redis.Redis, *records: dict[str, Any]) -> None:
 
 
 def test_records_are_stored_with_their_measurements(redis_client: redis.Redis, db: None) -> None:
-    publish(redis_client, record(rid="r-1"), record(rid="r-2", arm="baseline", status=500))
+    publish(redis_client, record(rid="r-1", pe=15), record(rid="r-2", arm="baseline", status=500))
     assert samples.consume(consumer="w1") == 2
     stored = RequestSample.objects.get(rid="r-1")
     assert (stored.rollout_id, stored.arm, stored.ttft_ms, stored.output_tokens) == (
@@ -61,7 +61,9 @@ def test_records_are_stored_with_their_measurements(redis_client: redis.Redis, d
         35.5,
         40,
     )
-    assert RequestSample.objects.get(rid="r-2").status == 500
+    assert (stored.prompt_tokens, stored.prompt_estimate) == (12, 15)
+    older = RequestSample.objects.get(rid="r-2")  # an older gateway's record: no estimate
+    assert (older.status, older.prompt_estimate) == (500, 0)
     assert samples.consume(consumer="w1") == 0
     pending: Any = redis_client.xpending(samples.STREAM, samples.GROUP)
     assert pending["pending"] == 0  # acknowledged after the commit

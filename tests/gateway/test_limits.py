@@ -12,6 +12,7 @@ import aiohttp
 import orjson
 import redis
 
+from gateway.requests import estimate_prompt_tokens
 from gateway.snapshot import Budget, Deployment
 from tests.gateway.conftest import (
     ACME_KEY,
@@ -80,6 +81,10 @@ def test_lower_tiers_are_shed_first_when_a_deployment_is_saturated(
     }  # fmt: skip
     served = [r for r in records if r["tenant"] == "acme"]
     assert [(r["status"], r["reason"]) for r in served] == [(200, None)]
+    # Both carry the estimate made before an arm was chosen, whatever the replica counted.
+    estimate = estimate_prompt_tokens(chat_body(), chat=True)
+    assert estimate > 0
+    assert [r["pe"] for r in refused + served] == [estimate, estimate]
 
 
 def _stream(redis_url: str) -> Any:

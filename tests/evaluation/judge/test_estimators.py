@@ -50,15 +50,95 @@ def test_quantile_error_matches_the_asymptotic_formula() -> None:
 
 
 def test_arms_share_the_numbering_of_their_windows_and_replicas() -> None:
-    first = (np.array(["a", "a", "b"]), np.array([100.0, 109.9, 125.0]))
-    second = (np.array(["c", "b"]), np.array([101.0, 129.0]))
+    first = (np.array(["a", "a", "b"]), np.array([100.0, 109.9, 125.0]), None)
+    second = (np.array(["c", "b"]), np.array([101.0, 129.0]), None)
     one, two = shared_clusters([first, second])
     assert one.window[0] == one.window[1] == two.window[0]  # one 10 s window, any arm
     assert one.window[2] == two.window[1] != one.window[0]
     assert one.replica[2] == two.replica[1]  # replica b serves both arms
     assert len({one.replica[0], one.replica[2], two.replica[0]}) == 3
-    (empty,) = shared_clusters([(np.array([], dtype=np.str_), np.array([]))])
+    (empty,) = shared_clusters([(np.array([], dtype=np.str_), np.array([]), None)])
     assert len(empty) == 0
+
+
+def test_prompt_sizes_are_binned_on_the_pooled_deciles_with_unknown_sizes_apart() -> None:
+    rng = np.random.default_rng(11)
+    sizes = rng.integers(1, 5000, 3000)
+    sizes[:100] = 0  # records of an older gateway
+    names, ts = np.array(["r"] * 3000), np.arange(3000.0)
+    one, two = shared_clusters(
+        [(names[:1000], ts[:1000], sizes[:1000]), (names[1000:], ts[1000:], sizes[1000:])]
+    )
+    bins = np.concatenate([one.prompt_bin, two.prompt_bin])
+    assert set(bins[:100].tolist()) == {0}
+    counts = np.bincount(bins[100:], minlength=11)[1:]
+    assert counts.min() > 250
+    assert counts.max() < 330
+    # Bins follow the requests they belong to when an arm is cut.
+    assert one.prompt_bin is not None
+    cut = one[np.arange(5)].prompt_bin
+    assert cut is not None
+    assert np.array_equal(cut, one.prompt_bin[:5])
+    # Too few known sizes to adjust for: no bins at all.
+    few = shared_clusters([(names[:500], ts[:500], sizes[:500])])[0]
+    assert few.prompt_bin is None
+    assert shared_clusters([(names[:2000], ts[:2000], None)])[0].prompt_bin is None
+
+
+def prefill_arms(
+    rng: np.random.Generator, n: int, *, slower: float = 1.0
+) -> tuple[tuple[np.ndarray, Clusters], tuple[np.ndarray, Clusters]]:
+    """Two arms whose TTFT is mostly their prompts' prefill: 2 ms plus 0.05 ms a token, times
+    noise; the candidate `slower` by a factor."""
+    sizes = []
+    values = []
+    for factor in (1.0, slower):
+        size = np.round(rng.lognormal(np.log(400), 1.0, n)).astype(np.int64) + 1
+        sizes.append(size)
+        values.append(factor * (2 + 0.05 * size) * rng.lognormal(0, 0.3, n))
+    numbered = shared_clusters(
+        [(np.array([f"r{i % 4}" for i in range(n)]), np.arange(n) / 20.0, size) for size in sizes]
+    )
+    return (values[0], numbered[0]), (values[1], numbered[1])
+
+
+@pytest.mark.parametrize("q", [0.5, 0.9])
+def test_adjusting_for_prompt_size_narrows_the_error_and_keeps_the_estimate(q: float) -> None:
+    rng = np.random.default_rng(12)
+    plain, adjusted, errors = [], [], []
+    for _ in range(60):
+        (ref, ref_clusters), (cand, cand_clusters) = prefill_arms(rng, 3000, slower=1.2)
+        reference = SortedSample.of(ref, ref_clusters).quantile(q)
+        candidate = SortedSample.of(cand, cand_clusters).quantile(q)
+        unadjusted = compare(reference, candidate)
+        estimate = compare(reference, candidate, adjust=True)
+        assert estimate.adjusted
+        assert not unadjusted.adjusted
+        plain.append(unadjusted.theta)
+        adjusted.append(estimate.theta)
+        errors.append((unadjusted.se, estimate.se))
+    truth = math.log(1.2)
+    # Both estimate the same difference (the adjustment has mean zero)...
+    assert abs(np.mean(plain) - truth) < 0.02
+    assert abs(np.mean(adjusted) - truth) < 0.02
+    # ...the adjusted one with less spread, and an error that says so honestly.
+    assert np.std(adjusted) < 0.8 * np.std(plain)
+    se_plain, se_adjusted = np.mean(errors, axis=0)
+    assert se_adjusted < 0.8 * se_plain
+    assert 0.8 < se_adjusted / np.std(adjusted) < 1.25
+
+
+def test_prompt_sizes_are_not_adjusted_for_in_small_arms_or_where_unknown() -> None:
+    rng = np.random.default_rng(13)
+    (ref, ref_clusters), (cand, cand_clusters) = prefill_arms(rng, 150)
+    reference = mean_summary(ref, ref_clusters)
+    estimate = compare(reference, mean_summary(cand, cand_clusters), adjust=True)
+    assert not estimate.adjusted  # fewer than two bins of 100 in the smaller arm
+    (ref, _), (cand, _) = prefill_arms(rng, 3000)
+    estimate = compare(
+        mean_summary(ref, each_alone(3000)), mean_summary(cand, each_alone(3000)), adjust=True
+    )
+    assert not estimate.adjusted
 
 
 def test_a_replica_unlike_the_others_for_the_whole_window_widens_the_error() -> None:

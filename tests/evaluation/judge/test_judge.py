@@ -450,3 +450,32 @@ def test_a_steps_scheduled_look_reads_the_fixed_bound_and_other_looks_the_anytim
     assert unscheduled.verdict("ttft_p50").interval[0] < ten.interval[0] < verdict.interval[0]
     again = Report.from_dict(json.loads(json.dumps(scheduled.to_dict(), allow_nan=False)))
     assert again.scheduled
+
+
+def test_latencies_are_compared_adjusted_for_the_prompts_the_gateway_estimated() -> None:
+    # TTFT that is mostly prefill: the prompt's size explains much of its spread. With the
+    # gateway's estimates recorded, the judge compares like prompts with like and says so; the
+    # same requests without them (an older gateway's records) are compared as they are.
+    rng = np.random.default_rng(41)
+
+    def arm(name: str, factor: float) -> ArmSamples:
+        base = make_arm(rng, 4000, name=name)
+        size = np.round(rng.lognormal(np.log(400), 1.0, len(base))).astype(np.int64) + 1
+        ttft = factor * (2 + 0.05 * size) * rng.lognormal(0, 0.3, len(base))
+        columns = {column: getattr(base, column) for column in ("status", "finish", "tpot_ms")}
+        columns |= {c: getattr(base, c) for c in ("e2e_ms", "output_tokens", "tool", "cost")}
+        columns |= {c: getattr(base, c) for c in ("ts", "replica", "step", "prompt_tokens")}
+        return ArmSamples.from_columns(columns | {"ttft_ms": ttft, "prompt_estimate": size})
+
+    def unknown(samples: ArmSamples) -> ArmSamples:
+        return replace(samples, prompt_estimate=np.zeros(len(samples), dtype=np.int64))
+
+    baseline, candidate = arm("baseline", 1.0), arm("canary", 1.15)
+    policy = Policy(metrics=(default_metric("ttft_p90"),))
+    with_sizes = judge(baseline, candidate, policy, final=True).verdicts[0]
+    without = judge(unknown(baseline), unknown(candidate), policy, final=True).verdicts[0]
+    assert "adjusted for prompt size" in with_sizes.rule
+    assert "adjusted" not in without.rule
+    width = with_sizes.interval[1] - with_sizes.interval[0]
+    assert width < 0.8 * (without.interval[1] - without.interval[0])
+    assert with_sizes.interval[0] < 0.15 < with_sizes.interval[1]

@@ -65,7 +65,7 @@ def test_the_rollouts_alpha_is_split_between_guardrails_and_the_judges_metrics_b
     for metric in policy.metrics:
         assert policy.alpha_of(metric) == pytest.approx(policy.judge_alpha * metric.weight / total)
     alpha = {m.name: policy.alpha_of(m) for m in policy.metrics}
-    assert alpha["ttft_p95"] > alpha["ttft_p50"] > alpha["ttft_p99"]
+    assert alpha["ttft_p90"] > alpha["ttft_p50"] == alpha["ttft_p95"] > alpha["ttft_p99"]
     # The split is relative: doubling every weight changes nothing.
     doubled = Policy(metrics=tuple(replace(m, weight=2 * m.weight) for m in policy.metrics))
     assert all(
