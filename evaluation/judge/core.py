@@ -10,8 +10,11 @@ cannot inflate them:
   anytime-valid bound and partly on a fixed schedule of one look per judged step
   (`Policy.fail_alphas`): a scheduled look reads the tighter of the two. For rates the same
   number of standard errors is read on the arcsine-square-root scale (`estimators.RateCounts`).
+  Where the variance leans on a few replicas, the fail bounds widen to Student's t at its
+  degrees of freedom.
 - pass: harm + bound < pass margin. The candidate is shown worse by less than its pass margin;
-  the bound is at `pass_alpha`. A pass counts at the end of a step only.
+  the bound is at `pass_alpha`, spent the same two ways (`Policy.pass_alphas`). A pass counts
+  at the end of a step only.
 - inconclusive: otherwise; and always when an arm has too few samples or neither has any.
 
 The guarantee: for a candidate no worse than its fail margins, the chance that any look of the
@@ -48,7 +51,7 @@ from evaluation.judge.policy import DEFAULT_POLICY, Direction, Kind, MetricPolic
 from evaluation.judge.replicas import odd_replica, without
 from evaluation.judge.report import Decision, MetricVerdict, Outcome, Report
 from evaluation.judge.samples import ArmSamples
-from evaluation.judge.sequential import fixed_bound, mixture_bound
+from evaluation.judge.sequential import few_clusters_factor, fixed_bound, mixture_bound
 
 # Latencies are what a slow host changes; set-aside replicas leave only these.
 LATENCY_SIGNALS = frozenset({"ttft_ms", "tpot_ms", "e2e_ms"})
@@ -212,15 +215,33 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
     # Both mixtures spread over changes the size of the pass margin: that is where decisions are
     # made (a spread the size of a tight fail margin, a tenth of a point, would make the bound
     # several times wider at the sample sizes where a margin-sized change shows).
+    # A variance read from a few replicas is itself uncertain, and at a fail alpha of 1e-4 or
+    # less that matters (`few_clusters_factor`): the fail bounds widen by it. The pass bound, at
+    # 0.05, is left as it is: widened, it would hold healthy rollouts whenever replicas are few,
+    # and the calibration's at-the-margin row measures what it lets through.
     fail_bound = mixture_bound(estimate.se, alpha=anytime_alpha, scale=pass_margin)
+    fail_bound *= few_clusters_factor(estimate.df, alpha=anytime_alpha)
     valid = f"a bound valid at every look, alpha {anytime_alpha:.2g} of its {alpha:.2g}"
-    if look_alpha and (scheduled := fixed_bound(estimate.se, alpha=look_alpha)) < fail_bound:
-        fail_bound = scheduled
-        valid = (
-            f"the step's scheduled look, alpha {look_alpha:.2g} of its {alpha:.2g} "
+    if look_alpha:
+        scheduled = fixed_bound(estimate.se, alpha=look_alpha)
+        scheduled *= few_clusters_factor(estimate.df, alpha=look_alpha)
+        if scheduled < fail_bound:
+            fail_bound = scheduled
+            valid = (
+                f"the step's scheduled look, alpha {look_alpha:.2g} of its {alpha:.2g} "
+                f"over {prepared.scheduled_looks} steps"
+            )
+    if math.isfinite(estimate.df):
+        valid += f", read with {estimate.df:.0f} degrees of freedom"
+    anytime_pass, look_pass = policy.pass_alphas(prepared.scheduled_looks)
+    pass_bound = mixture_bound(estimate.se, alpha=anytime_pass, scale=pass_margin)
+    pass_valid = f"alpha {anytime_pass:.2g} of its {policy.pass_alpha:.2g}, valid at every look"
+    if look_pass and (scheduled := fixed_bound(estimate.se, alpha=look_pass)) < pass_bound:
+        pass_bound = scheduled
+        pass_valid = (
+            f"the step's scheduled look, alpha {look_pass:.2g} of its {policy.pass_alpha:.2g} "
             f"over {prepared.scheduled_looks} steps"
         )
-    pass_bound = mixture_bound(estimate.se, alpha=policy.pass_alpha, scale=pass_margin)
     harm = sign * estimate.theta
     if estimate.counts is not None and estimate.se > 0:
         # Rates: the same bound in standard errors, read on the arcsine scale (`RateCounts`).
@@ -245,7 +266,7 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
         rule = (
             f"within the {_show_margin(metric, metric.passes_below)} pass margin: {shown}, "
             f"worse by at most {_show(metric, _natural(metric, at_most))} "
-            f"({1 - policy.pass_alpha:.0%} confidence, valid at every look)"
+            f"({pass_valid})"
         )
     else:
         outcome = Outcome.INCONCLUSIVE

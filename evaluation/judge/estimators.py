@@ -19,11 +19,13 @@ Miller's two-way clustering):
 
 The variance is never less than what independence gives for the spread within each (replica,
 window) cell: a correlation that happens to be negative in a sample is noise, not information,
-while what the whole fleet's load moves at once is left to the windows, where it cancels. (With
-four replicas an arm the replica level is read from eight clusters and is itself noisy: strong,
-minutes-long drift per replica is the case the calibration shows it undercounting; see the
-README.) Nothing here resamples: the engine judges every
-live rollout every 2 s over tens of thousands of requests, and these cost a few sums.
+while what the whole fleet's load moves at once is left to the windows, where it cancels. With
+four replicas an arm the replica level is read from eight clusters, each arm's centred on its own
+estimate, and is itself noisy: where it carries much of the variance, the variance comes with
+Satterthwaite's degrees of freedom (`variance_and_df`), and the judge's fail bounds, at alphas of
+1e-4, widen to Student's t at them (`sequential.few_clusters_factor`). Nothing here resamples:
+the engine judges every live rollout every 2 s over tens of thousands of requests, and these cost
+a few sums.
 
 Latencies, lengths and costs are compared adjusted for the prompt's size (`adjusted`): the
 prefill of a long prompt is much of TTFT's spread, and it is the traffic's, not the model's.
@@ -236,39 +238,58 @@ class Estimate:
     n_candidate: int
     counts: RateCounts | None = None  # rates only: their fail test reads these
     adjusted: bool = False  # for the prompt's size (`adjusted`)
+    df: float = math.inf  # the degrees of freedom the variance is read with (`variance_and_df`)
 
 
 def variance_of(terms: Sequence[tuple[Summary, float]]) -> float:
     """The variance of sum(sign * estimate) over the terms, two-way cluster-robust (see the
     module's docstring), and at least the variance under independence."""
+    return variance_and_df(terms)[0]
+
+
+def variance_and_df(terms: Sequence[tuple[Summary, float]]) -> tuple[float, float]:
+    """`variance_of`, and the degrees of freedom it is read with (Satterthwaite's: infinite but
+    for the replica level's share, which is read from a handful of replicas)."""
     independent = sum(summary.independent for summary, _ in terms)
     if not all(s.contributions is not None and s.clusters is not None for s, _ in terms):
-        return independent
+        return independent, math.inf
     signed = np.concatenate([sign * s.contributions for s, sign in terms])  # type: ignore[operator]
     window = np.concatenate([s.clusters.window for s, _ in terms])  # type: ignore[union-attr]
     replica = np.concatenate([s.clusters.replica for s, _ in terms])  # type: ignore[union-attr]
     windows = max(s.clusters.windows for s, _ in terms)  # type: ignore[union-attr]
     if len(signed) == 0:
-        return independent
-    variance = _clustered(signed, window)
-    if _groups(replica) >= MIN_CLUSTERS:
-        persistent = _clustered(signed, replica) - _clustered(signed, replica * windows + window)
-        variance += max(persistent, 0.0)
-    return max(variance, independent)
+        return independent, math.inf
+    variance, persistent = _clustered(signed, window), 0.0
+    replicas = _groups(replica)
+    # Arms on replicas of their own each centre theirs (two constraints for two arms); arms that
+    # share a replica (adapters on one server) centre their sums together.
+    codes = [set(np.unique(s.clusters.replica).tolist()) for s, _ in terms]  # type: ignore[union-attr]
+    centred = len(terms) if sum(map(len, codes)) == len(set().union(*codes)) else 1
+    if replicas >= MIN_CLUSTERS:
+        persistent = _clustered(signed, replica, centred)
+        persistent = max(persistent - _clustered(signed, replica * windows + window), 0.0)
+        variance += persistent
+    if variance <= independent or persistent == 0:
+        return max(variance, independent), math.inf
+    # The windows number in the dozens to thousands; the replicas are four to ten, so their
+    # share of the variance is itself uncertain by a third or more.
+    return variance, (replicas - centred) * (variance / persistent) ** 2
 
 
 def _groups(ids: Ints) -> int:
     return int(np.count_nonzero(np.bincount(ids))) if len(ids) else 0
 
 
-def _clustered(signed: Floats, ids: Ints) -> float:
-    """The sandwich variance of sum(signed) with clusters `ids`, with the G / (G - 1)
-    correction; one cluster has no spread between clusters to read (independence then)."""
+def _clustered(signed: Floats, ids: Ints, centred: int = 1) -> float:
+    """The sandwich variance of sum(signed) with clusters `ids`, with the G / (G - c)
+    correction for the `centred` sets of clusters whose sums add up to zero by construction
+    (one arm's replicas: each arm's contributions are centred on its own estimate); too few
+    clusters have no spread between them to read (independence then)."""
     sums = np.bincount(ids, weights=signed)
     groups = int(np.count_nonzero(np.bincount(ids)))
-    if groups < 2:
+    if groups <= centred:
         return float(np.dot(signed, signed))
-    return float(np.dot(sums, sums)) * groups / (groups - 1)
+    return float(np.dot(sums, sums)) * groups / (groups - centred)
 
 
 def _summary(value: float, scaled: float, contributions: Floats, clusters: Clusters) -> Summary:
@@ -351,14 +372,16 @@ def compare(reference: Summary, candidate: Summary, *, adjust: bool = False) -> 
     if adjust and (found := adjusted(reference, candidate)) is not None:
         reference, candidate = found
         adjusted_for_prompts = True
+    variance, df = variance_and_df([(candidate, 1.0), (reference, -1.0)])
     return Estimate(
         reference=reference.value,
         candidate=candidate.value,
         theta=candidate.scaled - reference.scaled,
-        se=math.sqrt(variance_of([(candidate, 1.0), (reference, -1.0)])),
+        se=math.sqrt(variance),
         n_reference=reference.n,
         n_candidate=candidate.n,
         adjusted=adjusted_for_prompts,
+        df=df,
     )
 
 

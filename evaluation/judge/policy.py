@@ -169,7 +169,8 @@ class Policy:
     guardrail_share: float = 0.2
     scheduled_share: float = 0.75
     # The error of a pass (the chance of passing a metric that is worse than its pass margin),
-    # also anytime-valid, so that re-reading on every tick of a held or resumed step cannot
+    # spent like each metric's fail alpha (`pass_alphas`): on the step's scheduled look and on an
+    # anytime-valid bound, so that re-reading on every tick of a held or resumed step cannot
     # inflate it. Every metric must pass for a step to pass, so this needs no split over the
     # metrics (an intersection-union test).
     pass_alpha: float = 0.05
@@ -201,7 +202,14 @@ class Policy:
     def fail_alphas(self, metric: MetricPolicy, scheduled_looks: int) -> tuple[float, float]:
         """The metric's fail alpha for its anytime-valid bound, and for each of the rollout's
         `scheduled_looks` fixed looks (0 when the caller keeps no schedule: then nothing)."""
-        alpha = self.alpha_of(metric)
+        return self._spent(self.alpha_of(metric), scheduled_looks)
+
+    def pass_alphas(self, scheduled_looks: int) -> tuple[float, float]:
+        """The pass alpha spent the same two ways: a pass at a step's scheduled look reads a
+        fixed bound, any other an anytime-valid one."""
+        return self._spent(self.pass_alpha, scheduled_looks)
+
+    def _spent(self, alpha: float, scheduled_looks: int) -> tuple[float, float]:
         anytime = alpha * (1 - self.scheduled_share)
         if scheduled_looks <= 0:
             return anytime, 0.0

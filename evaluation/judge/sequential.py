@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from scipy.optimize import brentq
-from scipy.special import log_ndtr, ndtri
+from scipy.special import log_ndtr, ndtri, stdtrit
 
 
 def mixture_bound(se: float, *, alpha: float, scale: float) -> float:
@@ -59,3 +59,13 @@ def mixture_bound(se: float, *, alpha: float, scale: float) -> float:
 def fixed_bound(se: float, *, alpha: float) -> float:
     """The one-sided fixed-sample bound, read once at the end of a step."""
     return se * float(-ndtri(alpha))
+
+
+def few_clusters_factor(df: float, *, alpha: float) -> float:
+    """How much wider a bound at `alpha` must be when its variance is read with `df` degrees of
+    freedom: Student's t quantile over the normal one (at least 1). It matters where alpha is
+    small: at 2e-4 and 8 degrees of freedom, 5.8 standard errors where the normal needs 3.5; at
+    a pass bound's 0.05, 1.9 against 1.6."""
+    if not math.isfinite(df) or df <= 0:
+        return 1.0
+    return max(float(stdtrit(df, 1 - alpha)) / float(-ndtri(alpha)), 1.0)

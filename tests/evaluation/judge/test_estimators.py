@@ -10,6 +10,7 @@ from scipy.stats import norm
 
 from evaluation.judge.estimators import (
     Clusters,
+    Estimate,
     RateCounts,
     RateSample,
     SortedSample,
@@ -20,7 +21,7 @@ from evaluation.judge.estimators import (
     ratio_summary,
     shared_clusters,
 )
-from evaluation.judge.sequential import mixture_bound
+from evaluation.judge.sequential import few_clusters_factor, fixed_bound, mixture_bound
 
 
 def each_alone(n: int) -> Clusters:
@@ -303,3 +304,43 @@ def test_a_rare_rate_at_its_margin_read_every_look_crosses_within_alpha() -> Non
                 crossed += 1
                 break
     assert crossed <= alpha * runs
+
+
+def persistent_replicas(rng: np.random.Generator, spread: float) -> Estimate:
+    """An A/A difference of mean log-latencies over four replicas an arm, each replica off by
+    its own offset (sd `spread`) for the whole comparison, over 60 windows."""
+    names = [np.array([f"{arm}{i % 4}" for i in range(2000)]) for arm in "ab"]
+    ts = np.arange(2000) / 3.3
+    one, two = shared_clusters([(names[0], ts, None), (names[1], ts, None)])
+    values = [
+        np.exp(rng.normal(0, spread, 4)[np.arange(2000) % 4] + rng.normal(0, 0.3, 2000))
+        for _ in range(2)
+    ]
+    return compare(mean_summary(values[0], one), mean_summary(values[1], two))
+
+
+def test_the_replica_levels_share_sets_the_degrees_of_freedom() -> None:
+    rng = np.random.default_rng(21)
+    alike = [persistent_replicas(rng, 0.0).df for _ in range(20)]
+    apart = [persistent_replicas(rng, 0.1).df for _ in range(20)]
+    # Replicas alike: the replica level adds nothing, or mostly a sliver read with many
+    # degrees of freedom.
+    assert np.mean(np.array(alike) > 30) >= 0.75
+    # Replicas apart: most of the variance is theirs, read from eight replicas of two arms, each
+    # arm's centred on its own mean: six degrees of freedom, a little more.
+    assert 6 <= np.median(apart) < 8
+
+
+def test_a_bound_widened_for_few_replicas_keeps_its_alpha_where_the_normal_one_does_not() -> None:
+    # Four replicas an arm, persistently apart: the normal bound at alpha 0.01 is crossed about
+    # three times as often as it should be; widened by Student's t at the variance's degrees of
+    # freedom, at about its alpha.
+    rng = np.random.default_rng(22)
+    alpha, normal, widened, runs = 0.01, 0, 0, 3000
+    for _ in range(runs):
+        estimate = persistent_replicas(rng, 0.1)
+        bound = fixed_bound(estimate.se, alpha=alpha)
+        normal += estimate.theta > bound
+        widened += estimate.theta > bound * few_clusters_factor(estimate.df, alpha=alpha)
+    assert normal / runs > 2 * alpha
+    assert widened / runs < 1.5 * alpha

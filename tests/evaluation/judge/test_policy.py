@@ -108,5 +108,9 @@ def test_a_metrics_fail_alpha_splits_between_the_anytime_bound_and_the_scheduled
     assert anytime == pytest.approx(total * (1 - DEFAULT_POLICY.scheduled_share))
     # Without a schedule the scheduled share is not spent at all.
     assert DEFAULT_POLICY.fail_alphas(metric, 0) == (anytime, 0.0)
+    # The pass alpha is spent the same two ways, whole (every metric must pass: no split).
+    anytime_pass, per_look_pass = DEFAULT_POLICY.pass_alphas(3)
+    assert anytime_pass + 3 * per_look_pass == pytest.approx(DEFAULT_POLICY.pass_alpha)
+    assert DEFAULT_POLICY.pass_alphas(0) == (anytime_pass, 0.0)
     with pytest.raises(ValueError, match=r"scheduled_share must be in \[0, 1\)"):
         Policy(metrics=DEFAULT_POLICY.metrics, scheduled_share=1.0)

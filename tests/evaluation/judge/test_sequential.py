@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.judge.sequential import fixed_bound, mixture_bound
+from evaluation.judge.sequential import few_clusters_factor, fixed_bound, mixture_bound
 
 
 def crossing_rate(bound_of: object, *, alpha: float, paths: int, looks: int) -> float:
@@ -54,3 +54,13 @@ def test_degenerate_errors() -> None:
     assert mixture_bound(math.inf, alpha=0.01, scale=0.1) == math.inf
     with pytest.raises(ValueError, match="alpha"):
         mixture_bound(0.1, alpha=1.5, scale=0.1)
+
+
+def test_a_variance_read_with_few_degrees_of_freedom_widens_a_small_alpha_most() -> None:
+    assert few_clusters_factor(math.inf, alpha=1e-4) == 1.0
+    tight = few_clusters_factor(8, alpha=2e-4)
+    assert tight * fixed_bound(1.0, alpha=2e-4) == pytest.approx(5.81, abs=0.01)  # t, 8 df
+    assert few_clusters_factor(8, alpha=0.05) < 1.15 < tight
+    widths = [few_clusters_factor(df, alpha=2e-4) for df in (4, 8, 30, 300)]
+    assert widths == sorted(widths, reverse=True)
+    assert widths[-1] < 1.02
