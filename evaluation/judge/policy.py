@@ -226,8 +226,8 @@ class Policy:
 # 10% for the tails (a tail 20% worse must be caught within two steps, from a few thousand
 # requests); for errors, timeouts and broken tool calls any increase shown beyond a tenth or
 # half a point fails, and a step passes them within a point (tools: three).
-# The weights (12.5 in all) give TTFT's tail 3.5 (p90 2.5, p95 1: the p90's error is two thirds
-# of the p95's, so alpha there buys more of the tail), errors and tool calls 1.5 each, the other
+# The weights (13 in all) give TTFT's tail 4 (p90 3, p95 1: the p90's error is two thirds of the
+# p95's, so alpha there buys more of the tail), errors and tool calls 1.5 each, the other
 # blocking metrics 1; a quarter each goes to what rarely decides a rollout on its
 # own: the p99 (its error at the 25% step is twice the p95's, so only a tail several times worse
 # shows in it, and such a tail shows in the p90 and p95 first), cost per token (it moves with
@@ -242,7 +242,7 @@ DEFAULT_METRICS: tuple[MetricPolicy, ...] = (
     # vLLM) sit above it, so its standard error at 3,600 requests an arm is two thirds of the
     # p95's, and a slower tail that starts below the p95 (queueing, long prompts) shows in it
     # a step earlier. p90 TTFT is also the percentile many serving SLOs are written on.
-    _latency("ttft_ms", 0.90, 0.05, pass_margin=0.10, blocking=False, weight=2.5),
+    _latency("ttft_ms", 0.90, 0.05, pass_margin=0.10, blocking=False, weight=3.0),
     _latency("ttft_ms", 0.95, 0.05, pass_margin=0.10, blocking=False, weight=1.0),
     _latency("ttft_ms", 0.99, 0.15, blocking=False, weight=0.25),
     _latency("tpot_ms", 0.50, 0.06, pass_margin=0.10),

@@ -444,7 +444,7 @@ def test_a_steps_scheduled_look_reads_the_fixed_bound_and_other_looks_the_anytim
         Decision.ROLLBACK,
         True,
     )
-    assert "the step's scheduled look, alpha 0.00016 of its 0.00064 over 3 steps" in verdict.rule
+    assert "the step's scheduled look, alpha 0.00015 of its 0.00062 over 3 steps" in verdict.rule
     # The pass side is spent the same way: the scheduled look reads the narrower fixed bound.
     assert verdict.pass_bound < unscheduled.verdict("ttft_p50").pass_bound
     # Spread over more looks, each gets less: a wider bound.
