@@ -219,29 +219,20 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
     # less that matters (`few_clusters_factor`): the fail bounds widen by it. The pass bound, at
     # 0.05, is left as it is: widened, it would hold healthy rollouts whenever replicas are few,
     # and the calibration's at-the-margin row measures what it lets through.
-    fail_bound = mixture_bound(estimate.se, alpha=anytime_alpha, scale=pass_margin)
-    fail_bound *= few_clusters_factor(estimate.df, alpha=anytime_alpha)
-    valid = f"a bound valid at every look, alpha {anytime_alpha:.2g} of its {alpha:.2g}"
-    if look_alpha:
-        scheduled = fixed_bound(estimate.se, alpha=look_alpha)
-        scheduled *= few_clusters_factor(estimate.df, alpha=look_alpha)
-        if scheduled < fail_bound:
-            fail_bound = scheduled
-            valid = (
-                f"the step's scheduled look, alpha {look_alpha:.2g} of its {alpha:.2g} "
-                f"over {prepared.scheduled_looks} steps"
-            )
+    looks = prepared.scheduled_looks
+    fail_bound, valid = _bound(
+        estimate, (anytime_alpha, look_alpha), of=alpha, looks=looks, scale=pass_margin, widen=True
+    )
     if math.isfinite(estimate.df):
         valid += f", read with {estimate.df:.0f} degrees of freedom"
-    anytime_pass, look_pass = policy.pass_alphas(prepared.scheduled_looks)
-    pass_bound = mixture_bound(estimate.se, alpha=anytime_pass, scale=pass_margin)
-    pass_valid = f"alpha {anytime_pass:.2g} of its {policy.pass_alpha:.2g}, valid at every look"
-    if look_pass and (scheduled := fixed_bound(estimate.se, alpha=look_pass)) < pass_bound:
-        pass_bound = scheduled
-        pass_valid = (
-            f"the step's scheduled look, alpha {look_pass:.2g} of its {policy.pass_alpha:.2g} "
-            f"over {prepared.scheduled_looks} steps"
-        )
+    pass_bound, pass_valid = _bound(
+        estimate,
+        policy.pass_alphas(looks),
+        of=policy.pass_alpha,
+        looks=looks,
+        scale=pass_margin,
+        widen=False,
+    )
     harm = sign * estimate.theta
     if estimate.counts is not None and estimate.se > 0:
         # Rates: the same bound in standard errors, read on the arcsine scale (`RateCounts`).
@@ -293,6 +284,36 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
         pass_threshold=sign * metric.passes_below,
         alpha=alpha,
     )
+
+
+def _bound(
+    estimate: Estimate,
+    alphas: tuple[float, float],
+    *,
+    of: float,
+    looks: int,
+    scale: float,
+    widen: bool,
+) -> tuple[float, str]:
+    """The tighter of the anytime-valid bound and, at a scheduled look, the fixed one, at the
+    (anytime, per look) `alphas` spent of the alpha `of`; `widen`: for a variance read with few
+    degrees of freedom. With the words that say which it is."""
+    anytime, per_look = alphas
+
+    def widened(alpha: float) -> float:
+        return few_clusters_factor(estimate.df, alpha=alpha) if widen else 1.0
+
+    bound = mixture_bound(estimate.se, alpha=anytime, scale=scale) * widened(anytime)
+    valid = f"alpha {anytime:.2g} of its {of:.2g}, valid at every look"
+    if per_look:
+        scheduled = fixed_bound(estimate.se, alpha=per_look) * widened(per_look)
+        if scheduled < bound:
+            bound = scheduled
+            valid = (
+                f"the step's scheduled look, alpha {per_look:.2g} of its {of:.2g} "
+                f"over {looks} steps"
+            )
+    return bound, valid
 
 
 class _Prepared:

@@ -261,11 +261,11 @@ def variance_and_df(terms: Sequence[tuple[Summary, float]]) -> tuple[float, floa
         return independent, math.inf
     variance, persistent = _clustered(signed, window), 0.0
     replicas = _groups(replica)
-    # Arms on replicas of their own each centre theirs (two constraints for two arms); arms that
-    # share a replica (adapters on one server) centre their sums together.
-    codes = [set(np.unique(s.clusters.replica).tolist()) for s, _ in terms]  # type: ignore[union-attr]
-    centred = len(terms) if sum(map(len, codes)) == len(set().union(*codes)) else 1
     if replicas >= MIN_CLUSTERS:
+        # Arms on replicas of their own each centre theirs (two constraints for two arms); arms
+        # that share a replica (adapters on one server) centre their sums together.
+        codes = [set(np.unique(s.clusters.replica).tolist()) for s, _ in terms]  # type: ignore[union-attr]
+        centred = len(terms) if sum(map(len, codes)) == len(set().union(*codes)) else 1
         persistent = _clustered(signed, replica, centred)
         persistent = max(persistent - _clustered(signed, replica * windows + window), 0.0)
         variance += persistent
