@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
@@ -85,10 +86,14 @@ class Clusters:
         bins = None if self.prompt_bin is None else self.prompt_bin[keep]
         return Clusters(self.window[keep], self.replica[keep], self.windows, bins)
 
-    @property
-    def cell(self) -> Ints:
-        cells: Ints = self.replica * self.windows + self.window
-        return cells
+    @cached_property
+    def cells(self) -> tuple[Ints, Ints]:
+        """Each request's (replica, window) cell, numbered from 0, and each cell's size: read by
+        every summary of the arm, so found once."""
+        raw = self.replica * self.windows + self.window
+        present = np.bincount(raw) > 0
+        cells: Ints = (np.cumsum(present) - 1)[raw]
+        return cells, np.bincount(cells)
 
 
 def shared_clusters(
@@ -260,12 +265,15 @@ def variance_and_df(terms: Sequence[tuple[Summary, float]]) -> tuple[float, floa
     if len(signed) == 0:
         return independent, math.inf
     variance, persistent = _clustered(signed, window), 0.0
-    replicas = _groups(replica)
+    replicas_seen = np.bincount(replica)
+    replicas = int(np.count_nonzero(replicas_seen))
     if replicas >= MIN_CLUSTERS:
         # Arms on replicas of their own each centre theirs (two constraints for two arms); arms
         # that share a replica (adapters on one server) centre their sums together.
-        codes = [set(np.unique(s.clusters.replica).tolist()) for s, _ in terms]  # type: ignore[union-attr]
-        centred = len(terms) if sum(map(len, codes)) == len(set().union(*codes)) else 1
+        arms_on = np.zeros(len(replicas_seen), dtype=np.int64)
+        for s, _ in terms:
+            arms_on += np.bincount(s.clusters.replica, minlength=len(arms_on)) > 0  # type: ignore[union-attr]
+        centred = len(terms) if int(arms_on.max()) <= 1 else 1
         persistent = _clustered(signed, replica, centred)
         persistent = max(persistent - _clustered(signed, replica * windows + window), 0.0)
         variance += persistent
@@ -274,10 +282,6 @@ def variance_and_df(terms: Sequence[tuple[Summary, float]]) -> tuple[float, floa
     # The windows number in the dozens to thousands; the replicas are four to ten, so their
     # share of the variance is itself uncertain by a third or more.
     return variance, (replicas - centred) * (variance / persistent) ** 2
-
-
-def _groups(ids: Ints) -> int:
-    return int(np.count_nonzero(np.bincount(ids))) if len(ids) else 0
 
 
 def _clustered(signed: Floats, ids: Ints, centred: int = 1) -> float:
@@ -296,9 +300,7 @@ def _summary(value: float, scaled: float, contributions: Floats, clusters: Clust
     """A summary whose floor is the variance under independence of what varies within the
     (replica, window) cells: what the whole fleet's load moves at once is left to the windows,
     where a comparison's arms cancel it."""
-    cells = clusters.cell
-    _, ids = np.unique(cells, return_inverse=True)
-    sizes = np.bincount(ids)
+    ids, sizes = clusters.cells
     means = np.bincount(ids, weights=contributions) / sizes
     within = contributions - means[ids]
     n, replicated = len(contributions), len(contributions) - len(sizes)
@@ -409,27 +411,38 @@ def adjusted(reference: Summary, candidate: Summary) -> tuple[Summary, Summary] 
     if ref_bins is None or cand_bins is None or groups < 2:
         return None
 
-    def indicators(bins: Ints) -> Floats:
+    def merged(bins: Ints) -> Ints:
         # Deciles merged into `groups` bins of about equal size; the unknown size is its own.
-        merged = np.ceil(bins * groups / PROMPT_BINS).astype(np.int64)
-        flags: Floats = (merged[:, None] == np.arange(groups + 1)[None, :]).astype(np.float64)
-        return flags
+        codes: Ints = np.ceil(bins * groups / PROMPT_BINS).astype(np.int64)
+        return codes
 
-    ref_x, cand_x = indicators(ref_bins), indicators(cand_bins)
-    ref_mix, cand_mix = ref_x.mean(axis=0), cand_x.mean(axis=0)
-    # Contributions are influences over n, so the regressors are too: least squares on them
-    # minimises the variance of the adjusted difference.
-    design = np.vstack([(ref_x - ref_mix) / reference.n, (cand_x - cand_mix) / candidate.n])
-    observed = np.concatenate([reference.contributions, candidate.contributions])
-    slope, *_ = np.linalg.lstsq(design, observed, rcond=None)
-    pooled = (ref_x.sum(axis=0) + cand_x.sum(axis=0)) / (reference.n + candidate.n)
+    width = groups + 1
+    ref_codes, cand_codes = merged(ref_bins), merged(cand_bins)
+    ref_mix = np.bincount(ref_codes, minlength=width) / reference.n
+    cand_mix = np.bincount(cand_codes, minlength=width) / candidate.n
+    # Least squares of the contributions on the bins' indicators centred within each arm (and
+    # over n, as contributions are influences over n: the fit then minimises the variance of the
+    # adjusted difference), from its normal equations: a few sums, not a matrix a request a bin.
+    # A centred indicator's covariance in one arm is diag(mix) - mix mix'.
+    gram, moment = np.zeros((width, width)), np.zeros(width)
+    for arm, contributions, codes, mix in (
+        (reference, reference.contributions, ref_codes, ref_mix),
+        (candidate, candidate.contributions, cand_codes, cand_mix),
+    ):
+        gram += (np.diag(mix) - np.outer(mix, mix)) / arm.n
+        sums = np.bincount(codes, weights=contributions, minlength=width)
+        moment += (sums - mix * float(contributions.sum())) / arm.n
+    # The centred indicators sum to zero, so the slope is found up to a constant, which moves
+    # neither the contributions nor the estimates.
+    slope, *_ = np.linalg.lstsq(gram, moment, rcond=None)
+    pooled = (ref_mix * reference.n + cand_mix * candidate.n) / (reference.n + candidate.n)
 
-    def moved(summary: Summary, x: Floats, mix: Floats) -> Summary:
-        contributions = summary.contributions - ((x - mix) / summary.n) @ slope
+    def moved(summary: Summary, codes: Ints, mix: Floats) -> Summary:
+        contributions = summary.contributions - (slope[codes] - float(mix @ slope)) / summary.n  # type: ignore[operator]
         scaled = summary.scaled - float((mix - pooled) @ slope)
         return _summary(summary.value, scaled, contributions, summary.clusters)  # type: ignore[arg-type]
 
-    return moved(reference, ref_x, ref_mix), moved(candidate, cand_x, cand_mix)
+    return moved(reference, ref_codes, ref_mix), moved(candidate, cand_codes, cand_mix)
 
 
 @dataclass(frozen=True)
