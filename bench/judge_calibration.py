@@ -56,7 +56,7 @@ import django
 django.setup()
 
 from core.streams import sample_parse  # noqa: E402
-from evaluation.judge import DEFAULT_POLICY, ArmSamples, Report, judge  # noqa: E402
+from evaluation.judge import DEFAULT_POLICY, ArmSamples, Report, ScheduledLook, judge  # noqa: E402
 from gateway.routing import choose_arm  # noqa: E402
 from gateway.sample import Sample  # noqa: E402
 from gateway.sessions import session_key  # noqa: E402
@@ -512,7 +512,7 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
                 control=control if control is not None and len(control) else None,
                 last_step=step == judged[-1],
                 equal_share_steps=plan.equal_share_steps,
-                scheduled_looks=len(judged) if scheduled else 0,
+                scheduled=ScheduledLook(judged.index(step), len(judged)) if scheduled else None,
             )
 
         decision = decide_on(state, step_arms, look)

@@ -24,6 +24,7 @@ from evaluation.judge import (
     Outcome,
     Policy,
     Report,
+    ScheduledLook,
     judge,
 )
 from evaluation.judge.core import TOO_FEW_SAMPLES
@@ -102,7 +103,7 @@ def report_of(
         last_step=bool(judged) and window.step == judged[-1],
         # A plan without a 50% step compares latencies across its steps' loads, as it can.
         equal_share_steps=rollout.parsed_plan.equal_share_steps,
-        scheduled_looks=len(judged) if scheduled else 0,
+        scheduled=ScheduledLook(judged.index(window.step), len(judged)) if scheduled else None,
     )
 
 

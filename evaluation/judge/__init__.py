@@ -18,6 +18,7 @@ from evaluation.judge.policy import (
     Kind,
     MetricPolicy,
     Policy,
+    ScheduledLook,
 )
 from evaluation.judge.report import Decision, MetricVerdict, Outcome, Report
 from evaluation.judge.samples import ArmSamples
@@ -36,5 +37,6 @@ __all__ = [
     "Outcome",
     "Policy",
     "Report",
+    "ScheduledLook",
     "judge",
 ]

@@ -47,7 +47,14 @@ from evaluation.judge.estimators import (
     ratio_summary,
     shared_clusters,
 )
-from evaluation.judge.policy import DEFAULT_POLICY, Direction, Kind, MetricPolicy, Policy
+from evaluation.judge.policy import (
+    DEFAULT_POLICY,
+    Direction,
+    Kind,
+    MetricPolicy,
+    Policy,
+    ScheduledLook,
+)
 from evaluation.judge.replicas import odd_replica, without
 from evaluation.judge.report import Decision, MetricVerdict, Outcome, Report
 from evaluation.judge.samples import ArmSamples
@@ -85,7 +92,7 @@ def judge(
     control: ArmSamples | None = None,
     last_step: bool = False,
     equal_share_steps: Collection[int] | None = None,
-    scheduled_looks: int = 0,
+    scheduled: ScheduledLook | None = None,
 ) -> Report:
     """Compares the candidate's samples with the baseline's.
 
@@ -108,16 +115,16 @@ def judge(
     step can settle (on the demo's fleet, p95 TPOT 54% "faster" with a standard error of 0.21 on
     the log scale, against +8% and 0.07 at 50% alone).
 
-    `scheduled_looks` > 0 says this is one of the rollout's scheduled looks (the first final
-    look of each judged step: the caller keeps that schedule, one look a step), and how many the
-    rollout has; its fail bounds may then read the fixed-look share of alpha.
+    `scheduled` says this is one of the rollout's scheduled looks (the first final look of each
+    judged step: the caller keeps that schedule, one look a step), and which; its bounds may then
+    read the fixed-look share of alpha.
     """
     odd = tuple(
         found
         for name, arm in (("baseline", baseline), ("control", control), ("candidate", candidate))
         if arm is not None and (found := odd_replica(arm, name)) is not None
     )
-    prepared = _Prepared(policy, scheduled_looks)
+    prepared = _Prepared(policy, scheduled)
     everything = _arm_sets(baseline, control, candidate, prepared)
     # A replica odd in any arm is left out of every arm's latencies (one host may serve both,
     # as adapters on one server do); its errors, lengths and tool calls still count.
@@ -150,7 +157,7 @@ def judge(
         decision,
         reason,
         final=final,
-        scheduled=scheduled_looks > 0,
+        scheduled=scheduled is not None,
         alpha_per_metric=policy.judge_alpha,
         set_aside=tuple(found.describe() for found in odd),
     )
@@ -198,7 +205,7 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
     pass_margin = _scaled(metric, metric.passes_below)
     sign = 1.0 if metric.direction == Direction.LOWER_IS_BETTER else -1.0
     alpha = policy.alpha_of(metric)
-    anytime_alpha, look_alpha = policy.fail_alphas(metric, prepared.scheduled_looks)
+    anytime_alpha, look_alpha = policy.fail_alphas(metric, prepared.scheduled)
     try:
         estimate = _estimate(metric, arms, prepared)
     except _Unresolved as unresolved:
@@ -219,17 +226,17 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
     # less that matters (`few_clusters_factor`): the fail bounds widen by it. The pass bound, at
     # 0.05, is left as it is: widened, it would hold healthy rollouts whenever replicas are few,
     # and the calibration's at-the-margin row measures what it lets through.
-    looks = prepared.scheduled_looks
+    look = prepared.scheduled
     fail_bound, valid = _bound(
-        estimate, (anytime_alpha, look_alpha), of=alpha, looks=looks, scale=pass_margin, widen=True
+        estimate, (anytime_alpha, look_alpha), of=alpha, look=look, scale=pass_margin, widen=True
     )
     if math.isfinite(estimate.df):
         valid += f", read with {estimate.df:.0f} degrees of freedom"
     pass_bound, pass_valid = _bound(
         estimate,
-        policy.pass_alphas(looks),
+        policy.pass_alphas(look),
         of=policy.pass_alpha,
-        looks=looks,
+        look=look,
         scale=pass_margin,
         widen=False,
     )
@@ -291,7 +298,7 @@ def _bound(
     alphas: tuple[float, float],
     *,
     of: float,
-    looks: int,
+    look: ScheduledLook | None,
     scale: float,
     widen: bool,
 ) -> tuple[float, str]:
@@ -305,14 +312,11 @@ def _bound(
 
     bound = mixture_bound(estimate.se, alpha=anytime, scale=scale) * widened(anytime)
     valid = f"alpha {anytime:.2g} of its {of:.2g}, valid at every look"
-    if per_look:
+    if per_look and look is not None:
         scheduled = fixed_bound(estimate.se, alpha=per_look) * widened(per_look)
         if scheduled < bound:
             bound = scheduled
-            valid = (
-                f"the step's scheduled look, alpha {per_look:.2g} of its {of:.2g} "
-                f"over {looks} steps"
-            )
+            valid = f"{look.describe()}, alpha {per_look:.2g} of its {of:.2g}"
     return bound, valid
 
 
@@ -320,9 +324,9 @@ class _Prepared:
     """What the metrics of one call share, computed once: each arm's masks and clusters, and
     each column's values sorted (the three TTFT quantiles read one sort)."""
 
-    def __init__(self, policy: Policy, scheduled_looks: int = 0) -> None:
+    def __init__(self, policy: Policy, scheduled: ScheduledLook | None = None) -> None:
         self.policy = policy
-        self.scheduled_looks = scheduled_looks
+        self.scheduled = scheduled
         self._cache: dict[tuple[object, ...], object] = {}
 
     def masks(self, arm: ArmSamples) -> signals.ArmMasks:

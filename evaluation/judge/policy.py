@@ -13,6 +13,7 @@ alpha, above the pass margin it passes with chance at most pass_alpha.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -165,9 +166,16 @@ class Policy:
     # held or resumed step). The union of the two stays within the share: a fixed look reads a
     # bound of about 3.4 standard errors where the anytime one needs 4.2 or more, so the step's
     # end, where the evidence is, gets most of it, and a gross regression is still caught mid-step.
+    # `scheduled_split` divides the scheduled share over a plan of that many judged steps (even
+    # otherwise). The default plan's 25% step gets half: its look is where a regression must be
+    # caught before half the traffic sees it. The 5% step's look reads a sixth of the 25% one's
+    # evidence, so alpha there buys only regressions gross enough for the anytime bound too, and
+    # the 50% one's reads 2.7 times as much, where a regression the 25% look nearly caught
+    # stands 1.6 times as many standard errors out.
     alpha: float = 0.01
     guardrail_share: float = 0.2
     scheduled_share: float = 0.75
+    scheduled_split: tuple[float, ...] = (0.25, 0.5, 0.25)
     # The error of a pass (the chance of passing a metric that is worse than its pass margin),
     # spent like each metric's fail alpha (`pass_alphas`): on the step's scheduled look and on an
     # anytime-valid bound, so that re-reading on every tick of a held or resumed step cannot
@@ -187,6 +195,11 @@ class Policy:
             raise ValueError("guardrail_share must be in (0, 1)")
         if not 0 <= self.scheduled_share < 1:
             raise ValueError("scheduled_share must be in [0, 1)")
+        split = self.scheduled_split
+        if split and (min(split) <= 0 or not math.isclose(sum(split), 1.0)):
+            raise ValueError(
+                f"scheduled_split must be positive shares that add up to 1, got {split}"
+            )
 
     @property
     def judge_alpha(self) -> float:
@@ -199,21 +212,41 @@ class Policy:
     def alpha_of(self, metric: MetricPolicy) -> float:
         return self.judge_alpha * metric.weight / sum(m.weight for m in self.metrics)
 
-    def fail_alphas(self, metric: MetricPolicy, scheduled_looks: int) -> tuple[float, float]:
-        """The metric's fail alpha for its anytime-valid bound, and for each of the rollout's
-        `scheduled_looks` fixed looks (0 when the caller keeps no schedule: then nothing)."""
-        return self._spent(self.alpha_of(metric), scheduled_looks)
-
-    def pass_alphas(self, scheduled_looks: int) -> tuple[float, float]:
-        """The pass alpha spent the same two ways: a pass at a step's scheduled look reads a
-        fixed bound, any other an anytime-valid one."""
-        return self._spent(self.pass_alpha, scheduled_looks)
-
-    def _spent(self, alpha: float, scheduled_looks: int) -> tuple[float, float]:
+    def fail_alphas(self, metric: MetricPolicy, look: ScheduledLook | None) -> tuple[float, float]:
+        """The metric's fail alpha for its anytime-valid bound, and for this scheduled `look`
+        (0 when the look is not a scheduled one: then nothing)."""
+        alpha = self.alpha_of(metric)
         anytime = alpha * (1 - self.scheduled_share)
-        if scheduled_looks <= 0:
+        if look is None:
             return anytime, 0.0
-        return anytime, alpha * self.scheduled_share / scheduled_looks
+        split = self.scheduled_split
+        share = split[look.index] if len(split) == look.looks else 1 / look.looks
+        return anytime, alpha * self.scheduled_share * share
+
+    def pass_alphas(self, look: ScheduledLook | None) -> tuple[float, float]:
+        """The pass alpha spent the same two ways, the scheduled share evenly over the looks: a
+        pass at a step's scheduled look reads a fixed bound, any other an anytime-valid one.
+        (A wrong pass at any step costs alike: the next step's traffic.)"""
+        anytime = self.pass_alpha * (1 - self.scheduled_share)
+        if look is None:
+            return anytime, 0.0
+        return anytime, self.pass_alpha * self.scheduled_share / look.looks
+
+
+@dataclass(frozen=True)
+class ScheduledLook:
+    """One of a rollout's fixed looks: the first final look of a judged step, on the evidence of
+    every judged step so far."""
+
+    index: int  # among the plan's judged steps, from 0
+    looks: int  # how many judged steps the plan has
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.looks:
+            raise ValueError(f"look {self.index} of {self.looks}: no such scheduled look")
+
+    def describe(self) -> str:
+        return f"the scheduled look of judged step {self.index + 1} of {self.looks}"
 
 
 # One metric a question: the mean of output tokens answers "longer answers?" (its rank shift

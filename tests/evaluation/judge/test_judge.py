@@ -19,6 +19,7 @@ from evaluation.judge import (
     Outcome,
     Policy,
     Report,
+    ScheduledLook,
     judge,
 )
 from tests.evaluation.judge.arms import make_arm
@@ -429,13 +430,13 @@ def test_before_the_50_percent_step_latencies_wait_for_it(rng: np.random.Generat
 
 
 def test_a_steps_scheduled_look_reads_the_fixed_bound_and_other_looks_the_anytime_one() -> None:
-    # 16% slower on 3,000 requests: shown beyond the 6% fail margin by the fixed bound at a
-    # third of the scheduled share, not by the anytime-valid one at the rest of the alpha.
+    # 16% slower on 3,000 requests: shown beyond the 6% fail margin by the fixed bound at the 25%
+    # step's half of the scheduled share, not by the anytime-valid one at the rest of the alpha.
     rng = np.random.default_rng(11)
     baseline = make_arm(rng, 3000, name="baseline")
     candidate = make_arm(rng, 3000, ttft_factor=1.16, name="canary")
     unscheduled = judge(baseline, candidate, final=True)
-    scheduled = judge(baseline, candidate, final=True, scheduled_looks=3)
+    scheduled = judge(baseline, candidate, final=True, scheduled=ScheduledLook(1, 3))
     assert unscheduled.verdict("ttft_p50").outcome is Outcome.INCONCLUSIVE
     assert not unscheduled.scheduled
     verdict = scheduled.verdict("ttft_p50")
@@ -444,11 +445,11 @@ def test_a_steps_scheduled_look_reads_the_fixed_bound_and_other_looks_the_anytim
         Decision.ROLLBACK,
         True,
     )
-    assert "the step's scheduled look, alpha 0.00015 of its 0.00062 over 3 steps" in verdict.rule
+    assert "the scheduled look of judged step 2 of 3, alpha 0.00023 of its 0.00062" in verdict.rule
     # The pass side is spent the same way: the scheduled look reads the narrower fixed bound.
     assert verdict.pass_bound < unscheduled.verdict("ttft_p50").pass_bound
     # Spread over more looks, each gets less: a wider bound.
-    ten = judge(baseline, candidate, final=True, scheduled_looks=10).verdict("ttft_p50")
+    ten = judge(baseline, candidate, final=True, scheduled=ScheduledLook(0, 10)).verdict("ttft_p50")
     assert unscheduled.verdict("ttft_p50").interval[0] < ten.interval[0] < verdict.interval[0]
     again = Report.from_dict(json.loads(json.dumps(scheduled.to_dict(), allow_nan=False)))
     assert again.scheduled
@@ -489,6 +490,7 @@ def test_a_step_passes_at_its_scheduled_look_on_evidence_the_anytime_bound_would
     candidate = make_arm(rng, 200, name="canary", drift=0.05)
     policy = Policy(metrics=(default_metric("tpot_p50"),))
     anytime = judge(baseline, candidate, policy, final=True).verdicts[0]
-    scheduled = judge(baseline, candidate, policy, final=True, scheduled_looks=3).verdicts[0]
+    look = ScheduledLook(0, 3)
+    scheduled = judge(baseline, candidate, policy, final=True, scheduled=look).verdicts[0]
     assert (anytime.outcome, scheduled.outcome) == (Outcome.INCONCLUSIVE, Outcome.PASS)
-    assert "the step's scheduled look, alpha 0.013 of its 0.05 over 3 steps" in scheduled.rule
+    assert "the scheduled look of judged step 1 of 3, alpha 0.013 of its 0.05" in scheduled.rule

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from evaluation.judge import DEFAULT_POLICY, Direction, Kind, MetricPolicy, Policy
+from evaluation.judge import DEFAULT_POLICY, Direction, Kind, MetricPolicy, Policy, ScheduledLook
 
 LOWER = Direction.LOWER_IS_BETTER
 
@@ -103,14 +103,26 @@ def test_tail_quantiles_wait_for_enough_samples_beyond_them() -> None:
 def test_a_metrics_fail_alpha_splits_between_the_anytime_bound_and_the_scheduled_looks() -> None:
     metric = DEFAULT_POLICY.metrics[0]
     total = DEFAULT_POLICY.alpha_of(metric)
-    anytime, per_look = DEFAULT_POLICY.fail_alphas(metric, 3)
-    assert anytime + 3 * per_look == pytest.approx(total)
+    spent = [DEFAULT_POLICY.fail_alphas(metric, ScheduledLook(i, 3)) for i in range(3)]
+    anytime, per_look = spent[0][0], [look for _, look in spent]
+    assert anytime + sum(per_look) == pytest.approx(total)
     assert anytime == pytest.approx(total * (1 - DEFAULT_POLICY.scheduled_share))
+    # The default plan's 25% step, the second of three judged, gets half the scheduled share.
+    assert per_look[1] == pytest.approx(2 * per_look[0]) == pytest.approx(2 * per_look[2])
+    # A plan with another number of judged steps splits it evenly.
+    four = [DEFAULT_POLICY.fail_alphas(metric, ScheduledLook(i, 4))[1] for i in range(4)]
+    assert four == pytest.approx([total * DEFAULT_POLICY.scheduled_share / 4] * 4)
     # Without a schedule the scheduled share is not spent at all.
-    assert DEFAULT_POLICY.fail_alphas(metric, 0) == (anytime, 0.0)
-    # The pass alpha is spent the same two ways, whole (every metric must pass: no split).
-    anytime_pass, per_look_pass = DEFAULT_POLICY.pass_alphas(3)
+    assert DEFAULT_POLICY.fail_alphas(metric, None) == (anytime, 0.0)
+    # The pass alpha is spent the same two ways, whole (every metric must pass: no split), and
+    # evenly over the looks.
+    anytime_pass, per_look_pass = DEFAULT_POLICY.pass_alphas(ScheduledLook(1, 3))
     assert anytime_pass + 3 * per_look_pass == pytest.approx(DEFAULT_POLICY.pass_alpha)
-    assert DEFAULT_POLICY.pass_alphas(0) == (anytime_pass, 0.0)
+    assert DEFAULT_POLICY.pass_alphas(ScheduledLook(0, 3)) == (anytime_pass, per_look_pass)
+    assert DEFAULT_POLICY.pass_alphas(None) == (anytime_pass, 0.0)
+    with pytest.raises(ValueError, match="no such scheduled look"):
+        ScheduledLook(3, 3)
+    with pytest.raises(ValueError, match="scheduled_split must be positive shares"):
+        Policy(metrics=DEFAULT_POLICY.metrics, scheduled_split=(0.5, 0.6))
     with pytest.raises(ValueError, match=r"scheduled_share must be in \[0, 1\)"):
         Policy(metrics=DEFAULT_POLICY.metrics, scheduled_share=1.0)
