@@ -4,8 +4,8 @@
 
 Each run does what `make demo` does, on a stack of its own: an empty database
 (`tollgate_bench_demo`, dropped before; the last run's is left to read), Redis database 11
-(flushed before), free ports for the web server, the gateway, Prometheus and the six simfleet
-replicas (two each for the baseline, the candidate and the control), and a var
+(flushed before), free ports for the web server, the gateway, Prometheus and the nine simfleet
+replicas (three each for the baseline, the candidate and the control), and a var
 directory under var/bench/demo, so it runs beside a developer's stack and leaves it alone. It
 brings the stack up (`deploy/stack.py up`), seeds the demo data, starts the demo canary
 (`manage.py demo_canary`: the "demo" plan, whose steps ask only the default 200 samples at 50%,
@@ -88,7 +88,7 @@ def environment() -> dict[str, str]:
         "GATEWAY_PORT": str(gateway),
         "GATEWAY_METRICS_PORT": str(metrics),
         "PROMETHEUS_URL": f"http://127.0.0.1:{prometheus}",
-        "SIMFLEET_BASE_PORT": str(free_ports(6)),
+        "SIMFLEET_BASE_PORT": str(free_ports(9)),  # three replicas a fleet (rollouts.seed)
     }
 
 

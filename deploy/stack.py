@@ -384,7 +384,7 @@ def log_mentions(name: str, text: str) -> bool:
 
 def simfleet_ports() -> list[int]:
     base = env_port("SIMFLEET_BASE_PORT", 9101)
-    replicas = env_port("SIMFLEET_REPLICAS", 6)  # two each: baseline, candidate, control
+    replicas = env_port("SIMFLEET_REPLICAS", 9)  # three each: baseline, candidate, control
     return [base + i for i in range(replicas)]
 
 

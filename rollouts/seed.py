@@ -1,9 +1,12 @@
 """The demo fleets (the simfleet replicas `make up` starts), deployments and route.
 
-Replica 1 serves the production version (support-chat v1), replica 2 the candidate (v2) and
-replica 3 a second copy of v1, the control arm: `manage.py demo_canary` walks a live canary
-between them with the "demo" plan template, the control carrying the canary's share of traffic so
-that the candidate's latencies are compared with v1's at the same load from the first step.
+Fleet a serves the production version (support-chat v1), fleet b the candidate (v2) and fleet c
+a second copy of v1, the control arm, each on three simfleet replicas of its own (three, not two:
+the judge reads how replicas differ from each arm's replicas, and with two an arm that is two
+degrees of freedom, which the 50% step paid for in samples): `manage.py demo_canary` walks a
+live canary between them with the "demo" plan template, the control carrying the canary's share
+of traffic so that the candidate's latencies are compared with v1's at the same load from the
+first step.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ ROUTE = "support-chat"
 # (fleet, version deployed there); fleet i's replicas listen on SIMFLEET_BASE_PORT +
 # REPLICAS_PER_FLEET * i + 0, 1, ...
 FLEETS = [("simfleet-a", "v1"), ("simfleet-b", "v2"), ("simfleet-c", "v1")]
-REPLICAS_PER_FLEET = 2
+REPLICAS_PER_FLEET = 3
 BASELINE_FLEET, CANDIDATE_FLEET, CONTROL_FLEET = (name for name, *_ in FLEETS)
 # Short bakes so a person watching sees every step within a few minutes. The 50% step is the
 # last one the A/B judge compares, and before promotion it must show the candidate no worse

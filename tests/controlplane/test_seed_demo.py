@@ -83,11 +83,11 @@ def test_the_demo_canary_compares_v2_with_a_copy_of_v1_on_replicas_of_its_own(db
     assert rollout.control is not None
     assert rollout.control.artifact == rollout.route.baseline.artifact
     assert rollout.control.fleet.name == "simfleet-c"
-    # Each arm on replicas of its own, two each, every one on its own port.
+    # Each arm on replicas of its own, three each, every one on its own port.
     arms = [rollout.route.baseline, rollout.candidate, rollout.control]
     replicas = [set(arm.fleet.replicas.values_list("base_url", flat=True)) for arm in arms]
-    assert [len(urls) for urls in replicas] == [2, 2, 2]
-    assert len(set().union(*replicas)) == 6
+    assert [len(urls) for urls in replicas] == [3, 3, 3]
+    assert len(set().union(*replicas)) == 9
     # Run again while it is live, it starts nothing more.
     call_command("demo_canary", stdout=io.StringIO())
     assert Rollout.objects.count() == 1

@@ -308,7 +308,7 @@ def test_prometheus_compose_config_scrapes_web_gateway_and_fleets() -> None:
     expected_targets = {
         "tollgate-web": {"web:8000"},
         "tollgate-gateway": {"gateway:8081"},
-        "simfleet": {f"simfleet:{port}" for port in range(9101, 9107)},
+        "simfleet": {f"simfleet:{port}" for port in range(9101, 9110)},
         "vllm": {"vllm:8000"},
     }
     expected_labels = {"simfleet": {"fleet": "simfleet"}, "vllm": {"fleet": "gpu"}}
