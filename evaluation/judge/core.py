@@ -231,10 +231,9 @@ def _verdict(
     try:
         estimate = _estimate(metric, arms, prepared)
     except _Unresolved as unresolved:
+        rule = str(unresolved)
         # A metric that does not apply (no data in either arm) waits for nothing.
-        return _inconclusive(metric, arms, str(unresolved), alpha=alpha), str(
-            unresolved
-        ).startswith(NO_DATA)
+        return _inconclusive(metric, arms, rule, alpha=alpha), rule.startswith(NO_DATA)
     if estimate.n_reference < metric.min_samples or estimate.n_candidate < metric.min_samples:
         return _inconclusive(
             metric,
