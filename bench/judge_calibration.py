@@ -78,7 +78,7 @@ GATES = SloGates(ttft_p95_ms=600, tpot_p95_ms=25)
 ESTIMATE_SD = 0.2
 CHUNK_S = 30.0  # requests are drawn this many seconds at a time, as the clock reaches them
 # How long a resumed step may run before the harness stops waiting (the engine would wait on).
-RESUMED_LIMIT_S = 1200
+RESUMED_LIMIT_S = 2400
 
 
 @dataclass(frozen=True)

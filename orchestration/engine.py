@@ -42,8 +42,11 @@ from rollouts.services.rollouts import rollout_preflight, rollout_transition
 # "hold" keeps the step running; "pause" stops the rollout for a person.
 Action = Literal["hold", "rollback", "advance", "promote", "pause"]
 # How long past its bake time the last judged step may wait for the samples the judge needs
-# before a person is asked instead: this, or twice the bake time if longer.
+# before a person is asked instead: this, or four times the bake time if longer (on latency that
+# drifts, the default plan's 50% step took up to 20 minutes to settle what it could; a person
+# asked sooner would only ask for more evidence).
 SAMPLE_PATIENCE_S = 300
+PATIENCE_BAKES = 4
 # A latency gate ("TTFT p95 under 300 ms") is a share of requests over the gate: 5% for a p95.
 P95_SHARE = 0.05
 
@@ -112,7 +115,9 @@ def decide_on(
     last_judged = state.judged and all(
         s.weight >= 100 for s in state.plan.steps[state.step_index + 1 :]
     )
-    patient = state.baked_s - step.min_bake_s < max(SAMPLE_PATIENCE_S, 2 * step.min_bake_s)
+    patient = state.baked_s - step.min_bake_s < max(
+        SAMPLE_PATIENCE_S, PATIENCE_BAKES * step.min_bake_s
+    )
     report = look(final, scheduled, scheduled and last_judged and patient) if state.judged else None
 
     def decided(action: Action, reason: str, *, acted: bool) -> Decision:

@@ -292,7 +292,7 @@ def test_the_last_judged_steps_scheduled_look_may_wait_for_evidence_within_its_p
     waiting = decide_on(tick(step_index=1, baked_s=120), arms(), deferring)
     assert (waiting.action, waiting.acted_on_look) == ("hold", False)
     assert waiting.reason == "the A/B judge waits for evidence its scheduled look can settle"
-    # Past the patience (twice the bake time, or 300 s, beyond it) the look is taken as it is,
+    # Past the patience (four times the bake time, or 300 s, beyond it) the look is taken as it is,
     # and its unsettled verdict asks a person.
     late = decide_on(tick(step_index=1, baked_s=60 + 300), arms(), deferring)
     assert late.action == "pause"
