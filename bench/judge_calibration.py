@@ -500,7 +500,6 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
         def look(
             final: bool,
             scheduled: bool,
-            may_defer: bool,
             window: tuple[int, int] = window,
             now: float = now,
             step: int = step_index,
@@ -515,7 +514,6 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
                 last_step=step == judged[-1],
                 equal_share_steps=plan.equal_share_steps,
                 scheduled=ScheduledLook(judged.index(step), len(judged)) if scheduled else None,
-                may_defer=may_defer,
             )
 
         decision = decide_on(state, step_arms, look)
@@ -530,7 +528,7 @@ def rollout(rng: np.random.Generator, scenario: Scenario, *, tick: float) -> Out
             return Outcome("rolled_back", held, passed, by, now, held_for)
         if decision.report is not None and decision.report.final:
             passed = passed or decision.report.decision == "promote"
-            scheduled_look_taken = scheduled_look_taken or decision.report.scheduled
+            scheduled_look_taken = True
         if decision.action == "pause":
             held_for = held_for or _unresolved(decision.report)
             if resumed:

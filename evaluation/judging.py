@@ -15,8 +15,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Q
-
 from evaluation import selectors, services
 from evaluation.judge import (
     DEFAULT_POLICY,
@@ -88,13 +86,11 @@ def report_of(
     rollout: Rollout,
     final: bool,
     scheduled: bool = False,
-    may_defer: bool = False,
     samples: dict[str, ArmSamples] | None = None,
 ) -> Report:
     """The judge's report on exactly the samples of `window`: what a look computed, and what
     recomputing a stored verdict computes again. `scheduled`: the step's scheduled look (its
-    first final one), one of as many as the plan has judged steps; `may_defer`: it may wait for
-    evidence that can settle it (`evaluation.judge.judge`), and its report says if it did."""
+    first final one), one of as many as the plan has judged steps."""
     arms = samples if samples is not None else selectors.window_samples(window)
     judged = judged_steps(rollout)
     control = arms["control"] if len(arms["control"]) else None  # only rollouts with one
@@ -108,7 +104,6 @@ def report_of(
         # A plan without a 50% step compares latencies across its steps' loads, as it can.
         equal_share_steps=rollout.parsed_plan.equal_share_steps,
         scheduled=ScheduledLook(judged.index(window.step), len(judged)) if scheduled else None,
-        may_defer=may_defer,
     )
 
 
@@ -130,19 +125,11 @@ def look_at(
     now: dt.datetime,
     final: bool,
     scheduled: bool = False,
-    may_defer: bool = False,
 ) -> Look | None:
     """The judge's look at `samples` (read for `window`); None at a step it does not compare."""
     if window.step not in judged_steps(rollout):
         return None
-    report = report_of(
-        window,
-        rollout=rollout,
-        final=final,
-        scheduled=scheduled,
-        may_defer=may_defer,
-        samples=samples,
-    )
+    report = report_of(window, rollout=rollout, final=final, scheduled=scheduled, samples=samples)
     return Look(rollout.pk, window.step, now, final, report, window)
 
 
@@ -156,11 +143,9 @@ def step_look(rollout: Rollout, *, now: dt.datetime, final: bool) -> Look | None
 
 
 def scheduled_look_taken(rollout: Rollout) -> bool:
-    """Whether the current step has had its scheduled look, which `keep` always stores: its first
-    final look whose report says it was one (a final look that deferred it is not; one stored
-    before reports said so was)."""
-    scheduled = Q(report__scheduled=True) | ~Q(report__has_key="scheduled")
-    return rollout.verdicts.filter(scheduled, step=rollout.step_index, final=True).exists()
+    """Whether the current step has had its scheduled look: its first final look, which `keep`
+    always stores."""
+    return rollout.verdicts.filter(step=rollout.step_index, final=True).exists()
 
 
 def _outcomes(report: dict[str, Any]) -> tuple[object, ...]:

@@ -9,10 +9,8 @@ holds enough samples, a final look passes it (next step or promotion), rolls bac
 rollout for a person when the evidence stays unresolved at the last judged step. A step's first
 final look is its scheduled look, where fail bounds may also read the alpha kept for one fixed
 look per judged step (`Policy.fail_alphas`); later final looks of a held or resumed step read
-the anytime-valid bounds alone. At the last judged step, where an unsettled look asks a person,
-the scheduled look waits (within the step's patience) for evidence precise enough to settle it
-(`evaluation.judge.core._informed`): on drifting latency the bake time may hold too little.
-The 100% step has no baseline traffic to compare with and runs on the guardrails alone.
+the anytime-valid bounds alone. The 100% step has no baseline traffic to compare with and runs
+on the guardrails alone.
 
 `decide_on` is the decision itself, on samples in memory: the Celery tick (`advance`) calls it
 on the stored samples, and `bench/judge_calibration.py` on simulated ones, so the error rates
@@ -78,12 +76,12 @@ class Decision:
 def decide_on(
     state: TickState,
     step_arms: dict[str, ArmSamples],
-    look: Callable[[bool, bool, bool], Report | None],
+    look: Callable[[bool, bool], Report | None],
     policy: Policy = DEFAULT_POLICY,
 ) -> Decision:
     """The tick's decision. `step_arms` are this step's samples per arm (baseline, canary,
-    control); `look(final, scheduled, may_defer)` is the judge's look at the evidence so far
-    (every judged step's samples), None at a step it does not judge."""
+    control); `look(final, scheduled)` is the judge's look at the evidence so far (every judged
+    step's samples), None at a step it does not judge."""
     step = state.plan.steps[state.step_index]
     canary, baseline = step_arms["canary"], step_arms["baseline"]
     control = step_arms.get("control")
@@ -111,14 +109,7 @@ def decide_on(
     reference = baseline_stats.samples + (control_stats.samples if control_stats else 0)
     short_of_baseline = reference < baseline_needed
     final = not (baking or short_of_baseline)
-    scheduled = final and not state.scheduled_look_taken
-    last_judged = state.judged and all(
-        s.weight >= 100 for s in state.plan.steps[state.step_index + 1 :]
-    )
-    patient = state.baked_s - step.min_bake_s < max(
-        SAMPLE_PATIENCE_S, PATIENCE_BAKES * step.min_bake_s
-    )
-    report = look(final, scheduled, scheduled and last_judged and patient) if state.judged else None
+    report = look(final, final and not state.scheduled_look_taken) if state.judged else None
 
     def decided(action: Action, reason: str, *, acted: bool) -> Decision:
         if report is not None:
@@ -150,15 +141,11 @@ def decide_on(
     # waited for a while first. A person who resumed the rollout at this step asked for more
     # evidence, not for the same question again: the step runs until the judge settles it.
     short = judging.waiting_for_samples(report, policy)
-    # A scheduled look the judge put off for want of precision is still owed: wait for it.
-    deferred = scheduled and not report.scheduled
-    if deferred or (short and patient) or state.resumed:
-        if short:
-            why = f"samples for {', '.join(short)}"
-        elif deferred:
-            why = "evidence its scheduled look can settle"
-        else:
-            why = "a settled verdict (resumed)"
+    patient = state.baked_s - step.min_bake_s < max(
+        SAMPLE_PATIENCE_S, PATIENCE_BAKES * step.min_bake_s
+    )
+    if (short and patient) or state.resumed:
+        why = f"samples for {', '.join(short)}" if short else "a settled verdict (resumed)"
         return decided("hold", f"the A/B judge waits for {why}", acted=False)
     return decided("pause", f"the A/B judge asks a person: {report.reason}", acted=True)
 
@@ -230,10 +217,8 @@ def decide(rollout: Rollout, now: dt.datetime | None = None, *, record: bool = F
     }
     looks: list[judging.Look] = []
 
-    def look(final: bool, scheduled: bool, may_defer: bool) -> Report | None:
-        taken = judging.look_at(
-            rollout, window, samples, now=now, final=final, scheduled=scheduled, may_defer=may_defer
-        )
+    def look(final: bool, scheduled: bool) -> Report | None:
+        taken = judging.look_at(rollout, window, samples, now=now, final=final, scheduled=scheduled)
         if taken is not None:
             looks.append(taken)
         return taken.report if taken is not None else None

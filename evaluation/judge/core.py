@@ -93,7 +93,6 @@ def judge(
     last_step: bool = False,
     equal_share_steps: Collection[int] | None = None,
     scheduled: ScheduledLook | None = None,
-    may_defer: bool = False,
 ) -> Report:
     """Compares the candidate's samples with the baseline's.
 
@@ -118,19 +117,14 @@ def judge(
 
     `scheduled` says this is one of the rollout's scheduled looks (the first final look of each
     judged step: the caller keeps that schedule, one look a step), and which; its bounds may then
-    read the fixed-look share of alpha. `may_defer`: the caller can wait for evidence (the last
-    judged step, where an unsettled look asks a person), so the scheduled look is taken only once
-    it can settle every blocking metric (`_informed`); until then the look reads the anytime
-    bounds alone and its report is not a scheduled one (the caller offers it again next time).
-    Whether to wait rests on the standard errors alone, never on the estimates, so the look's
-    time is set by the information it holds, as a group-sequential design's looks are.
+    read the fixed-look share of alpha.
     """
     odd = tuple(
         found
         for name, arm in (("baseline", baseline), ("control", control), ("candidate", candidate))
         if arm is not None and (found := odd_replica(arm, name)) is not None
     )
-    prepared = _Prepared(policy)
+    prepared = _Prepared(policy, scheduled)
     everything = _arm_sets(baseline, control, candidate, prepared)
     # A replica odd in any arm is left out of every arm's latencies (one host may serve both,
     # as adapters on one server do); its errors, lengths and tool calls still count.
@@ -147,28 +141,16 @@ def judge(
         steps = sorted(equal_share_steps)
         everything = (_at_equal_shares(everything[0], steps, prepared), everything[1])
         latencies = (_at_equal_shares(latencies[0], steps, prepared), latencies[1])
-
-    def verdicts_at(look: ScheduledLook | None) -> list[tuple[MetricVerdict, bool]]:
-        return [
-            _verdict(
-                metric,
-                (latencies if metric.signal in LATENCY_SIGNALS else everything)[
-                    0 if metric.load_sensitive else 1
-                ],
-                prepared,
-                look,
-            )
-            for metric in policy.metrics
-        ]
-
-    judged = verdicts_at(scheduled)
-    blocking = (
-        informed for (_, informed), m in zip(judged, policy.metrics, strict=True) if m.blocking
+    verdicts = tuple(
+        _verdict(
+            metric,
+            (latencies if metric.signal in LATENCY_SIGNALS else everything)[
+                0 if metric.load_sensitive else 1
+            ],
+            prepared,
+        )
+        for metric in policy.metrics
     )
-    if scheduled is not None and may_defer and not all(blocking):
-        scheduled = None
-        judged = verdicts_at(None)
-    verdicts = tuple(verdict for verdict, _ in judged)
     decision, reason = _decide(verdicts, policy.metrics, final=final, last_step=last_step)
     return Report(
         verdicts,
@@ -217,23 +199,17 @@ def _at_equal_shares(arms: _Arms, steps: list[int], prepared: _Prepared) -> _Arm
     return _Arms(parts[0], parts[1], arms.name, empty=NOT_AT_EQUAL_SHARES)
 
 
-def _verdict(
-    metric: MetricPolicy, arms: _Arms, prepared: _Prepared, look: ScheduledLook | None
-) -> tuple[MetricVerdict, bool]:
-    """The metric's verdict, and whether a scheduled look on this evidence can settle it
-    (`_informed`)."""
+def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVerdict:
     policy = prepared.policy
     fail_margin = _scaled(metric, metric.margin)
     pass_margin = _scaled(metric, metric.passes_below)
     sign = 1.0 if metric.direction == Direction.LOWER_IS_BETTER else -1.0
     alpha = policy.alpha_of(metric)
-    anytime_alpha, look_alpha = policy.fail_alphas(metric, look)
+    anytime_alpha, look_alpha = policy.fail_alphas(metric, prepared.scheduled)
     try:
         estimate = _estimate(metric, arms, prepared)
     except _Unresolved as unresolved:
-        rule = str(unresolved)
-        # A metric that does not apply (no data in either arm) waits for nothing.
-        return _inconclusive(metric, arms, rule, alpha=alpha), rule.startswith(NO_DATA)
+        return _inconclusive(metric, arms, str(unresolved), alpha=alpha)
     if estimate.n_reference < metric.min_samples or estimate.n_candidate < metric.min_samples:
         return _inconclusive(
             metric,
@@ -242,7 +218,7 @@ def _verdict(
             f"{estimate.n_reference} ({arms.name}) and {estimate.n_candidate} (candidate) so far",
             estimate,
             alpha=alpha,
-        ), False
+        )
     # Both mixtures spread over changes the size of the pass margin: that is where decisions are
     # made (a spread the size of a tight fail margin, a tenth of a point, would make the bound
     # several times wider at the sample sizes where a margin-sized change shows).
@@ -250,6 +226,7 @@ def _verdict(
     # less that matters (`few_clusters_factor`): the fail bounds widen by it. The pass bound, at
     # 0.05, is left as it is: widened, it would hold healthy rollouts whenever replicas are few,
     # and the calibration's at-the-margin row measures what it lets through.
+    look = prepared.scheduled
     fail_bound, valid = _bound(
         estimate, (anytime_alpha, look_alpha), of=alpha, look=look, scale=pass_margin, widen=True
     )
@@ -297,7 +274,7 @@ def _verdict(
             f"{_show_margin(metric, metric.margin)}, passes under "
             f"{_show_margin(metric, metric.passes_below)}"
         )
-    verdict = MetricVerdict(
+    return MetricVerdict(
         metric=metric.name,
         outcome=outcome,
         n_baseline=estimate.n_reference,
@@ -314,24 +291,6 @@ def _verdict(
         pass_threshold=sign * metric.passes_below,
         alpha=alpha,
     )
-    return verdict, _informed(estimate, policy, look, pass_margin)
-
-
-# A scheduled look that may wait is taken once each blocking metric's fixed pass bound is within
-# this share of its pass margin: an equal candidate then passes each with a 98.7% chance (at the
-# default 0.05 over three looks), where at bake time on drifting latency it may have no chance.
-INFORMED_SHARE = 0.5
-
-
-def _informed(
-    estimate: Estimate, policy: Policy, look: ScheduledLook | None, pass_margin: float
-) -> bool:
-    """Whether a scheduled look on evidence this precise can settle the metric: its fixed pass
-    bound, which rests on the standard error alone, within `INFORMED_SHARE` of the pass margin."""
-    if look is None:
-        return True
-    per_look = policy.pass_alphas(look)[1]
-    return fixed_bound(estimate.se, alpha=per_look) <= INFORMED_SHARE * pass_margin
 
 
 def _bound(
@@ -365,8 +324,9 @@ class _Prepared:
     """What the metrics of one call share, computed once: each arm's masks and clusters, and
     each column's values sorted (the three TTFT quantiles read one sort)."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, scheduled: ScheduledLook | None = None) -> None:
         self.policy = policy
+        self.scheduled = scheduled
         self._cache: dict[tuple[object, ...], object] = {}
 
     def masks(self, arm: ArmSamples) -> signals.ArmMasks:

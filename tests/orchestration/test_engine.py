@@ -203,10 +203,10 @@ def arms(canary: ArmSamples | None = None) -> dict[str, ArmSamples]:
     }
 
 
-def says(decision: Decision) -> Callable[[bool, bool, bool], Report]:
+def says(decision: Decision) -> Callable[[bool, bool], Report]:
     """A judge that answers every look with `decision`."""
 
-    def look(is_final: bool, scheduled: bool, may_defer: bool) -> Report:
+    def look(is_final: bool, scheduled: bool) -> Report:
         return Report(
             (), decision, f"the judge says {decision}", final=is_final, scheduled=scheduled
         )
@@ -229,7 +229,7 @@ def test_a_clear_breach_rolls_back_without_asking_the_judge() -> None:
     rng = np.random.default_rng(6)
     canary = make_arm(rng, 40, error_rate=0.0, status=np.where(np.arange(40) < 20, 500, 200))
 
-    def look(final: bool, scheduled: bool, may_defer: bool) -> Report:
+    def look(final: bool, scheduled: bool) -> Report:
         raise AssertionError("the judge was asked")
 
     decision = decide_on(tick(), arms(canary), look)
@@ -250,7 +250,7 @@ def test_the_judges_rollback_at_an_interim_look_is_acted_on() -> None:
 
 
 def test_a_step_the_judge_does_not_compare_is_never_looked_at() -> None:
-    def look(final: bool, scheduled: bool, may_defer: bool) -> Report:
+    def look(final: bool, scheduled: bool) -> Report:
         raise AssertionError("the judge was asked")
 
     decision = decide_on(tick(step_index=2, judged=False), arms(), look)
@@ -267,33 +267,13 @@ def test_a_held_verdict_pauses_for_a_person_unless_a_person_resumed_this_step() 
 
 
 def test_only_a_steps_first_final_look_is_its_scheduled_one() -> None:
-    looks: list[tuple[bool, bool, bool]] = []
+    looks: list[tuple[bool, bool]] = []
 
-    def look(final: bool, scheduled: bool, may_defer: bool) -> Report:
-        looks.append((final, scheduled, may_defer))
+    def look(final: bool, scheduled: bool) -> Report:
+        looks.append((final, scheduled))
         return Report((), Decision.HOLD, "unsettled", final=final, scheduled=scheduled)
 
     decide_on(tick(baked_s=10), arms(), look)  # still baking: an interim look
     decide_on(tick(baked_s=120), arms(), look)  # baked: the step's first final look
     decide_on(tick(baked_s=122, scheduled_look_taken=True), arms(), look)  # held: re-read
-    # The 5% step is not the last judged one: its scheduled look is taken at bake time.
-    assert looks == [(False, False, False), (True, True, False), (True, False, False)]
-
-
-def test_the_last_judged_steps_scheduled_look_may_wait_for_evidence_within_its_patience() -> None:
-    offered: list[bool] = []
-
-    def deferring(final: bool, scheduled: bool, may_defer: bool) -> Report:
-        # A judge whose evidence is too imprecise to settle: it defers when it may.
-        offered.append(may_defer)
-        taken = scheduled and not may_defer
-        return Report((), Decision.HOLD, "unsettled", final=final, scheduled=taken)
-
-    waiting = decide_on(tick(step_index=1, baked_s=120), arms(), deferring)
-    assert (waiting.action, waiting.acted_on_look) == ("hold", False)
-    assert waiting.reason == "the A/B judge waits for evidence its scheduled look can settle"
-    # Past the patience (four times the bake time, or 300 s, beyond it) the look is taken as it is,
-    # and its unsettled verdict asks a person.
-    late = decide_on(tick(step_index=1, baked_s=60 + 300), arms(), deferring)
-    assert late.action == "pause"
-    assert offered == [True, False]
+    assert looks == [(False, False), (True, True), (True, False)]
