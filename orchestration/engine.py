@@ -41,8 +41,8 @@ from rollouts.services.rollouts import rollout_preflight, rollout_transition
 Action = Literal["hold", "rollback", "advance", "promote", "pause"]
 # How long past its bake time the last judged step may wait for the samples the judge needs
 # before a person is asked instead: this, or four times the bake time if longer (on latency that
-# drifts, the default plan's 50% step took up to 20 minutes to settle what it could; a person
-# asked sooner would only ask for more evidence).
+# drifts, the default plan's 50% step often needs more than two to settle, and a person asked
+# sooner would only ask for more evidence).
 SAMPLE_PATIENCE_S = 300
 PATIENCE_BAKES = 4
 # A latency gate ("TTFT p95 under 300 ms") is a share of requests over the gate: 5% for a p95.

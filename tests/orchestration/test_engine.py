@@ -12,7 +12,16 @@ import pytest
 import redis
 from django.utils import timezone
 
-from evaluation.judge import DEFAULT_POLICY, ArmSamples, Decision, Policy, Report
+from evaluation.judge import (
+    DEFAULT_POLICY,
+    TOO_FEW_SAMPLES,
+    ArmSamples,
+    Decision,
+    MetricVerdict,
+    Outcome,
+    Policy,
+    Report,
+)
 from orchestration.engine import TickState, advance, decide, decide_on
 from rollouts.choices import RolloutState
 from rollouts.models import Rollout, RolloutEvent
@@ -277,3 +286,30 @@ def test_only_a_steps_first_final_look_is_its_scheduled_one() -> None:
     decide_on(tick(baked_s=120), arms(), look)  # baked: the step's first final look
     decide_on(tick(baked_s=122, scheduled_look_taken=True), arms(), look)  # held: re-read
     assert looks == [(False, False), (True, True), (True, False)]
+
+
+def test_the_last_judged_step_waits_four_bake_times_for_samples_before_asking_a_person() -> None:
+    short = MetricVerdict(
+        metric="ttft_p50",
+        outcome=Outcome.INCONCLUSIVE,
+        n_baseline=50,
+        n_candidate=50,
+        baseline=20.0,
+        candidate=20.0,
+        difference=0.0,
+        interval=(math.nan, math.nan),
+        threshold=0.06,
+        rule=f"{TOO_FEW_SAMPLES}: 200 per arm needed, 50 (baseline) and 50 (candidate) so far",
+    )
+
+    def look(final: bool, scheduled: bool) -> Report:
+        return Report((short,), Decision.HOLD, "unsettled", final=final, scheduled=scheduled)
+
+    plan = Plan(steps=(Step(weight=50, min_bake_s=120, min_samples=100), Step(weight=100)))
+
+    def at(baked_s: float) -> TickState:
+        return TickState(plan, GATES, 0, baked_s, resumed=False, judged=True)
+
+    # Four bake times (480 s) past the bake, not 300 s: still waiting at 400 s past it.
+    assert decide_on(at(120 + 400), arms(), look).action == "hold"
+    assert decide_on(at(120 + 500), arms(), look).action == "pause"
