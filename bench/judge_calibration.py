@@ -25,8 +25,7 @@ gateway's own session keys (`gateway.sessions`).
 The engine ticks every 2 s; the bounds its interim looks read are anytime-valid, so a coarser
 `--tick` changes the time to a decision by at most one tick and can only lower the error rates
 of those; each step's scheduled look (its first final one) is a single fixed look either way,
-taken up to one tick after the step has baked (the last judged step's, after its evidence can
-settle it).
+taken up to one tick after the step has baked.
 """
 
 from __future__ import annotations

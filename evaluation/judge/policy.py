@@ -215,22 +215,24 @@ class Policy:
     def fail_alphas(self, metric: MetricPolicy, look: ScheduledLook | None) -> tuple[float, float]:
         """The metric's fail alpha for its anytime-valid bound, and for this scheduled `look`
         (0 when the look is not a scheduled one: then nothing)."""
-        alpha = self.alpha_of(metric)
-        anytime = alpha * (1 - self.scheduled_share)
-        if look is None:
-            return anytime, 0.0
-        split = self.scheduled_split
-        share = split[look.index] if len(split) == look.looks else 1 / look.looks
-        return anytime, alpha * self.scheduled_share * share
+        return self._spent(self.alpha_of(metric), look, self.scheduled_split)
 
     def pass_alphas(self, look: ScheduledLook | None) -> tuple[float, float]:
         """The pass alpha spent the same two ways, the scheduled share evenly over the looks: a
         pass at a step's scheduled look reads a fixed bound, any other an anytime-valid one.
         (A wrong pass at any step costs alike: the next step's traffic.)"""
-        anytime = self.pass_alpha * (1 - self.scheduled_share)
+        return self._spent(self.pass_alpha, look, ())
+
+    def _spent(
+        self, alpha: float, look: ScheduledLook | None, split: tuple[float, ...]
+    ) -> tuple[float, float]:
+        """`alpha` for the anytime-valid bound and for `look`: the scheduled share by `split`
+        where it has one share a look, evenly otherwise."""
+        anytime = alpha * (1 - self.scheduled_share)
         if look is None:
             return anytime, 0.0
-        return anytime, self.pass_alpha * self.scheduled_share / look.looks
+        share = split[look.index] if len(split) == look.looks else 1 / look.looks
+        return anytime, alpha * self.scheduled_share * share
 
 
 @dataclass(frozen=True)
