@@ -21,6 +21,7 @@ import pytest
 import redis
 from django.conf import settings
 
+from evaluation.models import Verdict
 from orchestration.gateway_snapshot import publish_snapshot
 from registry.services import alias_move
 from rollouts.models import Deployment, Rollout, Route
@@ -226,7 +227,12 @@ def wait_for_state(rollout_id: int, states: set[str], seconds: float) -> Rollout
             return rollout
         time.sleep(0.2)
     rollout = Rollout.objects.get(pk=rollout_id)
-    raise AssertionError(f"rollout {rollout_id} still {rollout.state} at step {rollout.step_index}")
+    # What the judge said last, so that a rollout that never settled says why.
+    last = Verdict.objects.filter(rollout_id=rollout_id).order_by("-looked_at", "-id").first()
+    said = f"; the judge's last look ({last.looked_at:%H:%M:%S}): {last.reason}" if last else ""
+    raise AssertionError(
+        f"rollout {rollout_id} still {rollout.state} at step {rollout.step_index}{said}"
+    )
 
 
 __all__ = ["Stack", "build_stack", "record_timing", "stop", "wait_for_state"]
