@@ -7,9 +7,11 @@ latency by a quarter of its own difference (with four replicas an arm) and, wors
 replicas disagree: the replica-level variance then leaves every latency metric unresolved and the
 rollout waits for a person. So before each comparison the judge looks for one replica per arm
 whose median TTFT or TPOT differs from its siblings' beyond `ODD_BY`, shown at `ODD_Z` standard
-errors, and judges that arm without it; the report says which and by how much, so that a person
-can look at the host. Only latencies are judged without it: its errors, lengths and tool calls
-still count, and a replica odd in one arm is left out of every arm (one host may serve both).
+errors (its own, and the spread of the siblings' medians: where every replica drifts, the
+furthest is no outlier), and judges that arm without it; the report says which and by how much,
+so that a person can look at the host. Only latencies are judged without it: its errors, lengths
+and tool calls still count, and a replica odd in one arm is left out of every arm (one host may
+serve both).
 
 A regression of the model moves every replica of the candidate alike, so it is never set aside:
 only a disagreement within one deployment is. At most one replica an arm is set aside, and only
@@ -78,7 +80,13 @@ def odd_replica(arm: ArmSamples, name: str) -> OddReplica | None:
             SortedSample.of(values[others], clusters[others]).quantile(0.5),
             SortedSample.of(values[mine], clusters[mine]).quantile(0.5),
         )
-        beyond = abs(estimate.theta) - ODD_Z * estimate.se
+        # Measured against how much the siblings differ among themselves: where every replica
+        # drifts, the furthest of four is no host's fault, and setting it aside would leave its
+        # arm's replicas agreeing more than replicas do, which the replica-level variance then
+        # reads as precision (measured: A/A rollouts under drift rolled back 1.0%, 0% with no
+        # replica set aside).
+        siblings_spread = float(np.std(np.delete(medians, int(np.argmax(enough == code))), ddof=1))
+        beyond = abs(estimate.theta) - ODD_Z * math.hypot(estimate.se, siblings_spread)
         if beyond > math.log1p(ODD_BY) and (found is None or beyond > found[0]):
             siblings = len(np.unique(codes[others]))
             odd = OddReplica(name, str(names[code]), label, math.expm1(estimate.theta), siblings)

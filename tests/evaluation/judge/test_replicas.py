@@ -76,6 +76,20 @@ def test_chance_differences_between_healthy_replicas_set_none_aside() -> None:
     assert found == [None] * 30
 
 
+def test_where_every_replica_differs_the_furthest_is_not_set_aside(
+    rng: np.random.Generator,
+) -> None:
+    # Replicas that drift apart, each its own way: the slowest is 30% above its siblings'
+    # median, but they themselves span 20%. Setting it aside would leave three replicas that
+    # agree more than replicas do, and the judge would read that as precision.
+    arm = make_arm(rng, 12_000, name="c")
+    for replica, factor in (("c-0", 0.9), ("c-2", 1.08), ("c-3", 1.3)):
+        arm = slowed(arm, replica, factor)
+    assert odd_replica(arm, "candidate") is None
+    # The same slow replica beside siblings that agree is a host's problem.
+    assert odd_replica(slowed(make_arm(rng, 12_000, name="c"), "c-3", 1.3), "candidate")
+
+
 def test_too_few_replicas_or_requests_to_tell_set_none_aside(rng: np.random.Generator) -> None:
     three = slowed(make_arm(rng, 12_000, name="c", replicas=3), "c-0", 1.5)
     assert odd_replica(three, "candidate") is None  # two siblings cannot outvote it
