@@ -74,7 +74,8 @@ def odd_replica(arm: ArmSamples, name: str) -> OddReplica | None:
         # Only the replica furthest from the others' typical median can be the odd one.
         logs = np.log(np.maximum(values, 1e-6))
         medians = np.array([np.median(logs[usable & (codes == code)]) for code in enough])
-        code = int(enough[np.argmax(np.abs(medians - np.median(medians)))])
+        furthest = int(np.argmax(np.abs(medians - np.median(medians))))
+        code = int(enough[furthest])
         mine, others = usable & (codes == code), usable & (codes != code)
         estimate = compare(
             SortedSample.of(values[others], clusters[others]).quantile(0.5),
@@ -85,7 +86,7 @@ def odd_replica(arm: ArmSamples, name: str) -> OddReplica | None:
         # arm's replicas agreeing more than replicas do, which the replica-level variance then
         # reads as precision (measured: A/A rollouts under drift rolled back 1.0%, 0% with no
         # replica set aside).
-        siblings_spread = float(np.std(np.delete(medians, int(np.argmax(enough == code))), ddof=1))
+        siblings_spread = float(np.std(np.delete(medians, furthest), ddof=1))
         beyond = abs(estimate.theta) - ODD_Z * math.hypot(estimate.se, siblings_spread)
         if beyond > math.log1p(ODD_BY) and (found is None or beyond > found[0]):
             siblings = len(np.unique(codes[others]))
