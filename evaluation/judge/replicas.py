@@ -84,8 +84,7 @@ def odd_replica(arm: ArmSamples, name: str) -> OddReplica | None:
         # Measured against how much the siblings differ among themselves: where every replica
         # drifts, the furthest of four is no host's fault, and setting it aside would leave its
         # arm's replicas agreeing more than replicas do, which the replica-level variance then
-        # reads as precision (seen in a false rollback under drift: p50 TTFT +28% with the
-        # replica level read as nothing, a replica of each arm set aside).
+        # reads as precision.
         siblings_spread = float(np.std(np.delete(medians, furthest), ddof=1))
         beyond = abs(estimate.theta) - ODD_Z * math.hypot(estimate.se, siblings_spread)
         if beyond > math.log1p(ODD_BY) and (found is None or beyond > found[0]):
