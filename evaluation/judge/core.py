@@ -11,7 +11,8 @@ cannot inflate them:
   (`Policy.fail_alphas`): a scheduled look reads the tighter of the two. For rates the same
   number of standard errors is read on the arcsine-square-root scale (`estimators.RateCounts`).
   Where the variance leans on a few replicas, the fail bounds widen to Student's t at its
-  degrees of freedom.
+  degrees of freedom; where the replicas' latencies differ beyond chance, every latency metric
+  reads its replicas as the unit (`_replicas_differ`).
 - pass: harm + bound < pass margin. The candidate is shown worse by less than its pass margin;
   the bound is at `pass_alpha`, spent the same two ways (`Policy.pass_alphas`). A pass counts
   at the end of a step only.
@@ -141,15 +142,25 @@ def judge(
         steps = sorted(equal_share_steps)
         everything = (_at_equal_shares(everything[0], steps, prepared), everything[1])
         latencies = (_at_equal_shares(latencies[0], steps, prepared), latencies[1])
+    compared = [
+        (metric, arms, _estimate_or_why(metric, arms, prepared))
+        for metric in policy.metrics
+        for arms in [
+            (latencies if metric.signal in LATENCY_SIGNALS else everything)[
+                0 if metric.load_sensitive else 1
+            ]
+        ]
+    ]
+    replicas_differ = _replicas_differ(latencies[0], prepared)
     verdicts = tuple(
         _verdict(
             metric,
-            (latencies if metric.signal in LATENCY_SIGNALS else everything)[
-                0 if metric.load_sensitive else 1
-            ],
+            arms,
+            estimate,
             prepared,
+            replicas_differ=replicas_differ and metric.signal in LATENCY_SIGNALS,
         )
-        for metric in policy.metrics
+        for metric, arms, estimate in compared
     )
     decision, reason = _decide(verdicts, policy.metrics, final=final, last_step=last_step)
     return Report(
@@ -199,17 +210,53 @@ def _at_equal_shares(arms: _Arms, steps: list[int], prepared: _Prepared) -> _Arm
     return _Arms(parts[0], parts[1], arms.name, empty=NOT_AT_EQUAL_SHARES)
 
 
-def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVerdict:
+def _replicas_differ(arms: _Arms, prepared: _Prepared) -> bool:
+    """Whether the replicas' median TTFT or TPOT differ by more than chance gives.
+
+    Replicas that differ differ in every latency of theirs: a host that drifts slow is slower to
+    a first token and between tokens alike. TPOT, steady within a replica, shows it where TTFT's
+    wide spread hides it, and a latency quantile whose own replica level came out small by
+    chance is then read as what it is, the few replicas' (`Estimate.df`). Read on the medians,
+    whose replica level is read from dense order statistics (a tail's, from a few dozen values
+    a replica, stands out by chance far more often than its level says)."""
+    for signal in ("ttft_ms", "tpot_ms"):
+        reference = prepared.column(arms.reference, signal)[0]
+        candidate = prepared.column(arms.candidate, signal)[0]
+        if len(reference) == 0 or len(candidate) == 0:
+            continue
+        level = compare(
+            prepared.sorted(arms.reference, signal).quantile(0.5),
+            prepared.sorted(arms.candidate, signal).quantile(0.5),
+            adjust=True,
+        ).replica_level
+        if level is not None and level.stands_out():
+            return True
+    return False
+
+
+def _estimate_or_why(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> Estimate | str:
+    try:
+        return _estimate(metric, arms, prepared)
+    except _Unresolved as unresolved:
+        return str(unresolved)
+
+
+def _verdict(
+    metric: MetricPolicy,
+    arms: _Arms,
+    estimate: Estimate | str,
+    prepared: _Prepared,
+    *,
+    replicas_differ: bool,
+) -> MetricVerdict:
     policy = prepared.policy
     fail_margin = _scaled(metric, metric.margin)
     pass_margin = _scaled(metric, metric.passes_below)
     sign = 1.0 if metric.direction == Direction.LOWER_IS_BETTER else -1.0
     alpha = policy.alpha_of(metric)
     anytime_alpha, look_alpha = policy.fail_alphas(metric, prepared.scheduled)
-    try:
-        estimate = _estimate(metric, arms, prepared)
-    except _Unresolved as unresolved:
-        return _inconclusive(metric, arms, str(unresolved), alpha=alpha)
+    if isinstance(estimate, str):
+        return _inconclusive(metric, arms, estimate, alpha=alpha)
     if estimate.n_reference < metric.min_samples or estimate.n_candidate < metric.min_samples:
         return _inconclusive(
             metric,
@@ -227,22 +274,19 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
     # 0.05, is left as it is: widened, it would hold healthy rollouts whenever replicas are few,
     # and the calibration's at-the-margin row measures what it lets through.
     look = prepared.scheduled
+    se, df = estimate.read(replicas_differ=replicas_differ)
     fail_bound, valid = _bound(
-        estimate, (anytime_alpha, look_alpha), of=alpha, look=look, scale=pass_margin, widen=True
+        se, (anytime_alpha, look_alpha), of=alpha, look=look, scale=pass_margin, df=df
     )
-    if math.isfinite(estimate.df):
-        valid += f", read with {estimate.df:.0f} degrees of freedom"
+    if math.isfinite(df):
+        valid += f", read with {df:.0f} degrees of freedom"
     pass_bound, pass_valid = _bound(
-        estimate,
-        policy.pass_alphas(look),
-        of=policy.pass_alpha,
-        look=look,
-        scale=pass_margin,
-        widen=False,
+        se, policy.pass_alphas(look), of=policy.pass_alpha, look=look, scale=pass_margin
     )
     harm = sign * estimate.theta
     if estimate.counts is not None and estimate.se > 0:
-        # Rates: the same bound in standard errors, read on the arcsine scale (`RateCounts`).
+        # Rates: the same bound in standard errors of the estimate, read on the arcsine scale
+        # (`RateCounts`).
         at_least = estimate.counts.harm_at_least(fail_bound / estimate.se, sign=sign)
         fail_bound = max(harm - at_least, 0.0)
     else:
@@ -274,6 +318,8 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
             f"{_show_margin(metric, metric.margin)}, passes under "
             f"{_show_margin(metric, metric.passes_below)}"
         )
+        if math.isfinite(df):
+            rule += f" (the lower end read with {df:.0f} degrees of freedom)"
     return MetricVerdict(
         metric=metric.name,
         outcome=outcome,
@@ -294,26 +340,22 @@ def _verdict(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> MetricVe
 
 
 def _bound(
-    estimate: Estimate,
+    se: float,
     alphas: tuple[float, float],
     *,
     of: float,
     look: ScheduledLook | None,
     scale: float,
-    widen: bool,
+    df: float = math.inf,
 ) -> tuple[float, str]:
     """The tighter of the anytime-valid bound and, at a scheduled look, the fixed one, at the
-    (anytime, per look) `alphas` spent of the alpha `of`; `widen`: for a variance read with few
+    (anytime, per look) `alphas` spent of the alpha `of`, widened for a variance read with `df`
     degrees of freedom. With the words that say which it is."""
     anytime, per_look = alphas
-
-    def widened(alpha: float) -> float:
-        return few_clusters_factor(estimate.df, alpha=alpha) if widen else 1.0
-
-    bound = mixture_bound(estimate.se, alpha=anytime, scale=scale) * widened(anytime)
+    bound = mixture_bound(se, alpha=anytime, scale=scale) * few_clusters_factor(df, alpha=anytime)
     valid = f"alpha {anytime:.2g} of its {of:.2g}, valid at every look"
     if per_look and look is not None:
-        scheduled = fixed_bound(estimate.se, alpha=per_look) * widened(per_look)
+        scheduled = fixed_bound(se, alpha=per_look) * few_clusters_factor(df, alpha=per_look)
         if scheduled < bound:
             bound = scheduled
             valid = f"{look.describe()}, alpha {per_look:.2g} of its {of:.2g}"

@@ -21,11 +21,13 @@ The variance is never less than what independence gives for the spread within ea
 window) cell: a correlation that happens to be negative in a sample is noise, not information,
 while what the whole fleet's load moves at once is left to the windows, where it cancels. With
 four replicas an arm the replica level is read from eight clusters, each arm's centred on its own
-estimate, and is itself noisy: where it carries much of the variance, the variance comes with
-Satterthwaite's degrees of freedom (`variance_and_df`), and the judge's fail bounds, at alphas of
-1e-4, widen to Student's t at them (`sequential.few_clusters_factor`). Nothing here resamples:
-the engine judges every live rollout every 2 s over tens of thousands of requests, and these cost
-a few sums.
+estimate, and is itself noisy: it comes with the degrees of freedom it was read from
+(`ReplicaLevel`), and the judge's fail bounds, at alphas of 1e-4, widen to Student's t at them
+(`sequential.few_clusters_factor`). A quantile's replica level is read by leaving each replica
+out in turn (the jackknife, `_replica_sums`), where its first-order contributions would read
+replicas that drift apart as closer than they are. Nothing else resamples: the engine judges
+every live rollout every 2 s over tens of thousands of requests, and these cost a few sums and
+a binary search a replica.
 
 Latencies, lengths and costs are compared adjusted for the prompt's size (`adjusted`): the
 prefill of a long prompt is much of TTFT's spread, and it is the traffic's, not the model's.
@@ -48,6 +50,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 from scipy.optimize import brentq
+from scipy.stats import chi2
 
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
@@ -66,6 +69,13 @@ MIN_PER_BIN = 100
 # degrees of freedom, doubled by the small-sample correction) that it says more about chance than
 # about how replicas differ.
 MIN_CLUSTERS = 4
+# A quantile's replica level is read by leaving each replica out when an arm has at most this many
+# (a pass over the arm's requests each); beyond, each is a sliver of its arm, and the first-order
+# contributions read it (`_replica_sums`).
+MAX_LEFT_OUT = 64
+# A replica level stands out where it exceeds what the spread within replicas gives by chance at
+# this level (`ReplicaLevel.stands_out`).
+REPLICA_LEVEL_ALPHA = 0.001
 
 
 @dataclass(frozen=True)
@@ -150,6 +160,9 @@ class Summary:
     clusters: Clusters | None = None
     # The variance under independence (rates: the Agresti-Caffo one, honest when events are rare).
     independent: float = math.nan
+    # Quantiles only: the estimate with each replica's requests left out (by replica code; NaN
+    # where the arm has none), from which the replica level is read (`_replica_sums`).
+    left_out: Floats | None = None
 
     @property
     def se(self) -> float:
@@ -234,6 +247,51 @@ def _arcsine(share: float) -> float:
 
 
 @dataclass(frozen=True)
+class ReplicaLevel:
+    """What a variance's replica level was read from, and so how far it can be trusted.
+
+    `by_replica` is the variance read from the replicas' sums (`_replica_sums`): it carries the
+    spread within replicas as well as between them, and it is what is uncertain, read from `df`
+    degrees of freedom (four to ten replicas, less the arms' centring); `cells` is the part of
+    it the (replica, window) cells hold, which the window level counts already. The variance
+    adds what is left, `by_replica - cells`.
+    """
+
+    by_replica: float
+    cells: float
+    df: int
+
+    @property
+    def adds(self) -> float:
+        return max(self.by_replica - self.cells, 0.0)
+
+    def stands_out(self) -> bool:
+        """Whether the replicas differ by more than their requests' own spread gives by chance
+        (the ratio's F test at `REPLICA_LEVEL_ALPHA`)."""
+        if self.cells <= 0:
+            return self.by_replica > 0
+        chance = float(chi2.isf(REPLICA_LEVEL_ALPHA, self.df)) / self.df
+        return self.by_replica / self.cells > chance
+
+    def read(self, variance: float, *, shown: bool) -> tuple[float, float]:
+        """The variance to read, and its degrees of freedom.
+
+        Where the replica level is `shown` to be there, the replicas are the unit: the variance
+        is at least `by_replica` (the nested design's error term, within replicas and between
+        them), read with the replicas' own `df`. Satterthwaite's degrees of freedom would be
+        larger wherever `by_replica` came out small beside the windows' variance, by chance as
+        much as not, and the bound would narrow where it is least reliable. Where the replica
+        level is not shown, reading it that way would give up what the windows know in the
+        looks where replicas alike happen to read apart, so the share it adds is read as a share
+        of one from `df` instead (infinite where it adds nothing)."""
+        if shown:
+            return max(variance, self.by_replica), float(self.df)
+        if self.adds == 0:
+            return variance, math.inf
+        return variance, self.df * (variance / self.adds) ** 2
+
+
+@dataclass(frozen=True)
 class Estimate:
     reference: float  # on the natural scale (ms, tokens, dollars, share)
     candidate: float
@@ -243,45 +301,85 @@ class Estimate:
     n_candidate: int
     counts: RateCounts | None = None  # rates only: their fail test reads these
     adjusted: bool = False  # for the prompt's size (`adjusted`)
-    df: float = math.inf  # the degrees of freedom the variance is read with (`variance_and_df`)
+    # What the variance's replica level rests on; None where it has none (too few replicas).
+    replica_level: ReplicaLevel | None = None
+
+    def read(self, *, replicas_differ: bool = False) -> tuple[float, float]:
+        """The standard error to read, and its degrees of freedom: `se` and infinite but for the
+        replica level (`ReplicaLevel.read`), taken as shown where it stands out here or where
+        the caller knows from another metric of theirs that the replicas `differ`."""
+        level = self.replica_level
+        if level is None:
+            return self.se, math.inf
+        variance, df = level.read(self.se**2, shown=replicas_differ or level.stands_out())
+        return math.sqrt(variance), df
+
+    def df(self) -> float:
+        return self.read()[1]
 
 
 def variance_of(terms: Sequence[tuple[Summary, float]]) -> float:
     """The variance of sum(sign * estimate) over the terms, two-way cluster-robust (see the
     module's docstring), and at least the variance under independence."""
-    return variance_and_df(terms)[0]
+    return variance_and_level(terms)[0]
 
 
-def variance_and_df(terms: Sequence[tuple[Summary, float]]) -> tuple[float, float]:
-    """`variance_of`, and the degrees of freedom it is read with (Satterthwaite's: infinite but
-    for the replica level's share, which is read from a handful of replicas)."""
+def variance_and_level(
+    terms: Sequence[tuple[Summary, float]],
+) -> tuple[float, ReplicaLevel | None]:
+    """`variance_of`, and what its replica level rests on (None: too few replicas to read one)."""
     independent = sum(summary.independent for summary, _ in terms)
     if not all(s.contributions is not None and s.clusters is not None for s, _ in terms):
-        return independent, math.inf
+        return independent, None
     signed = np.concatenate([sign * s.contributions for s, sign in terms])  # type: ignore[operator]
     window = np.concatenate([s.clusters.window for s, _ in terms])  # type: ignore[union-attr]
     replica = np.concatenate([s.clusters.replica for s, _ in terms])  # type: ignore[union-attr]
     windows = max(s.clusters.windows for s, _ in terms)  # type: ignore[union-attr]
     if len(signed) == 0:
-        return independent, math.inf
-    variance, persistent = _clustered(signed, window), 0.0
+        return independent, None
+    variance = _clustered(signed, window)
     replicas_seen = np.bincount(replica)
     replicas = int(np.count_nonzero(replicas_seen))
-    if replicas >= MIN_CLUSTERS:
-        # Arms on replicas of their own each centre theirs (two constraints for two arms); arms
-        # that share a replica (adapters on one server) centre their sums together.
-        arms_on = np.zeros(len(replicas_seen), dtype=np.int64)
-        for s, _ in terms:
-            arms_on += np.bincount(s.clusters.replica, minlength=len(arms_on)) > 0  # type: ignore[union-attr]
-        centred = len(terms) if int(arms_on.max()) <= 1 else 1
-        persistent = _clustered(signed, replica, centred)
-        persistent = max(persistent - _clustered(signed, replica * windows + window), 0.0)
-        variance += persistent
-    if variance <= independent or persistent == 0:
-        return max(variance, independent), math.inf
-    # The windows number in the dozens to thousands; the replicas are four to ten, so their
-    # share of the variance is itself uncertain by a third or more.
-    return variance, (replicas - centred) * (variance / persistent) ** 2
+    if replicas < MIN_CLUSTERS:
+        return max(variance, independent), None
+    # Arms on replicas of their own each centre theirs (two constraints for two arms); arms that
+    # share a replica (adapters on one server) centre their sums together.
+    arms_on = np.zeros(len(replicas_seen), dtype=np.int64)
+    for s, _ in terms:
+        arms_on += np.bincount(s.clusters.replica, minlength=len(arms_on)) > 0  # type: ignore[union-attr]
+    centred = len(terms) if int(arms_on.max()) <= 1 else 1
+    sums = _replica_sums(terms, len(replicas_seen))
+    by_replica = float(np.dot(sums, sums)) * replicas / (replicas - centred)
+    cells = _clustered(signed, replica * windows + window)
+    if by_replica <= 0:
+        return max(variance, independent), None
+    level = ReplicaLevel(by_replica, cells, replicas - centred)
+    return max(variance + level.adds, independent), level
+
+
+def _replica_sums(terms: Sequence[tuple[Summary, float]], replicas: int) -> Floats:
+    """Each replica's share of the signed sum's error, each arm's centred on its own estimate:
+    the sum of its requests' contributions or, for a quantile, the jackknife's (the estimate
+    less the estimate without that replica, times the share of requests left). A quantile's
+    first-order contributions count how many of a replica's requests lie on either side of it,
+    which stops growing once a replica sits a spread away from its siblings: where replicas
+    drift apart by about a request's own spread (TPOT's), they read the replica level about a
+    third too small, and deleting each replica in turn reads it as it is."""
+    total = np.zeros(replicas)
+    for summary, sign in terms:
+        replica = summary.clusters.replica  # type: ignore[union-attr]
+        counts = np.bincount(replica, minlength=replicas)[:replicas]
+        present = counts > 0
+        if summary.left_out is None:
+            sums = np.bincount(replica, weights=summary.contributions, minlength=replicas)
+        else:
+            left_out = np.full(replicas, np.nan)
+            left_out[: len(summary.left_out)] = summary.left_out[:replicas]
+            sums = (summary.scaled - left_out) * (summary.n - counts) / summary.n
+            sums = np.where(present & np.isfinite(sums), sums, 0.0)
+            sums[present] -= sums[present].mean()
+        total += sign * sums[:replicas]
+    return total
 
 
 def _clustered(signed: Floats, ids: Ints, centred: int = 1) -> float:
@@ -319,11 +417,13 @@ class SortedSample:
     logs: Floats  # in the arm's order, for the contributions
     ordered: Floats
     clusters: Clusters
+    order: Ints  # logs[order] is ordered
 
     @classmethod
     def of(cls, values: Floats, clusters: Clusters) -> SortedSample:
         logs = np.log(np.maximum(values, _FLOOR))
-        return cls(logs, np.sort(logs), clusters)
+        order = np.argsort(logs, kind="stable")
+        return cls(logs, logs[order], clusters, order)
 
     def at(self, p: float) -> float:
         n = len(self.ordered)
@@ -341,7 +441,34 @@ class SortedSample:
         inverse_density = (self.at(q + half) - self.at(q - half)) / (2 * half)
         below = (self.logs <= scaled).astype(np.float64)
         contributions = (float(below.mean()) - below) * inverse_density / n
-        return _summary(math.exp(scaled), scaled, contributions, self.clusters)
+        summary = _summary(math.exp(scaled), scaled, contributions, self.clusters)
+        return replace(summary, left_out=self._left_out(q))
+
+    def _left_out(self, q: float) -> Floats | None:
+        """The q-quantile with each replica's values left out, by replica code (NaN: none of
+        its values here), or None for fewer than two replicas."""
+        if self._kept is None:
+            return None
+        codes, kept = self._kept
+        out = np.full(int(codes.max()) + 1, np.nan)
+        for code, below in zip(codes.tolist(), kept, strict=True):
+            rest = int(below[-1])
+            if rest == 0:
+                continue
+            rank = min(max(math.ceil(q * rest), 1), rest)  # the rank `at` reads
+            out[code] = self.ordered[int(np.searchsorted(below, rank))]
+        return out
+
+    @cached_property
+    def _kept(self) -> tuple[Ints, list[Ints]] | None:
+        """For each replica present, how many of the other replicas' values lie at or below
+        each position of `ordered`."""
+        replica = self.clusters.replica[self.order]
+        codes = np.unique(replica)
+        if not 2 <= len(codes) <= MAX_LEFT_OUT:
+            return None
+        positions = np.arange(1, len(replica) + 1)
+        return codes, [positions - np.cumsum(replica == code) for code in codes.tolist()]
 
 
 def mean_summary(values: Floats, clusters: Clusters) -> Summary:
@@ -374,7 +501,7 @@ def compare(reference: Summary, candidate: Summary, *, adjust: bool = False) -> 
     if adjust and (found := adjusted(reference, candidate)) is not None:
         reference, candidate = found
         adjusted_for_prompts = True
-    variance, df = variance_and_df([(candidate, 1.0), (reference, -1.0)])
+    variance, level = variance_and_level([(candidate, 1.0), (reference, -1.0)])
     return Estimate(
         reference=reference.value,
         candidate=candidate.value,
@@ -383,7 +510,7 @@ def compare(reference: Summary, candidate: Summary, *, adjust: bool = False) -> 
         n_reference=reference.n,
         n_candidate=candidate.n,
         adjusted=adjusted_for_prompts,
-        df=df,
+        replica_level=level,
     )
 
 
@@ -440,7 +567,20 @@ def adjusted(reference: Summary, candidate: Summary) -> tuple[Summary, Summary] 
     def moved(summary: Summary, codes: Ints, mix: Floats) -> Summary:
         contributions = summary.contributions - (slope[codes] - float(mix @ slope)) / summary.n  # type: ignore[operator]
         scaled = summary.scaled - float((mix - pooled) @ slope)
-        return _summary(summary.value, scaled, contributions, summary.clusters)  # type: ignore[arg-type]
+        moved = _summary(summary.value, scaled, contributions, summary.clusters)  # type: ignore[arg-type]
+        if summary.left_out is None:
+            return moved
+        # Each replica's requests left out change the arm's mix of prompt sizes, and with it
+        # the adjustment: the pooled mix is both arms' and cancels in their difference.
+        replica = summary.clusters.replica  # type: ignore[union-attr]
+        slots = len(summary.left_out)
+        counts = np.bincount(replica * width + codes, minlength=slots * width)
+        by_replica = counts[: slots * width].reshape(slots, width)
+        rest = (np.bincount(codes, minlength=width) - by_replica).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rest_mix = rest / rest.sum(axis=1, keepdims=True)
+        left_out = summary.left_out - (rest_mix - pooled) @ slope
+        return replace(moved, left_out=left_out)
 
     return moved(reference, ref_codes, ref_mix), moved(candidate, cand_codes, cand_mix)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -321,14 +322,47 @@ def persistent_replicas(rng: np.random.Generator, spread: float) -> Estimate:
 
 def test_the_replica_levels_share_sets_the_degrees_of_freedom() -> None:
     rng = np.random.default_rng(21)
-    alike = [persistent_replicas(rng, 0.0).df for _ in range(20)]
-    apart = [persistent_replicas(rng, 0.1).df for _ in range(20)]
+    alike = [persistent_replicas(rng, 0.0).df() for _ in range(20)]
+    apart = [persistent_replicas(rng, 0.1).df() for _ in range(20)]
     # Replicas alike: the replica level adds nothing, or mostly a sliver read with many
     # degrees of freedom.
     assert np.mean(np.array(alike) > 30) >= 0.75
-    # Replicas apart: most of the variance is theirs, read from eight replicas of two arms, each
-    # arm's centred on its own mean: six degrees of freedom, a little more.
-    assert 6 <= np.median(apart) < 8
+    # Replicas apart: the replica level stands out, and the variance is read from eight
+    # replicas of two arms, each arm's centred on its own mean: about six degrees of freedom.
+    assert 5.5 <= np.median(apart) <= 6.5
+
+
+def replicas_apart_in_a_tail(rng: np.random.Generator) -> tuple[Estimate, Estimate]:
+    """An A/A difference of p95 log-latencies over four replicas an arm, 150 requests each,
+    each replica off by its own offset (sd 0.1, as drift that lasts a 5% step) against a
+    spread within a replica of 0.12 (TPOT's): the estimate as the judge reads it, and read with
+    each replica's first-order contributions alone."""
+    n = 600
+    names = [np.array([f"{arm}{i % 4}" for i in range(n)]) for arm in "ab"]
+    ts = np.arange(n) / 2.0
+    one, two = shared_clusters([(names[0], ts, None), (names[1], ts, None)])
+    values = [
+        np.exp(rng.normal(0, 0.1, 4)[np.arange(n) % 4] + rng.normal(0, 0.12, n)) for _ in range(2)
+    ]
+    reference = SortedSample.of(values[0], one).quantile(0.95)
+    candidate = SortedSample.of(values[1], two).quantile(0.95)
+    first_order = compare(replace(reference, left_out=None), replace(candidate, left_out=None))
+    return compare(reference, candidate), first_order
+
+
+def test_a_tails_replica_level_is_read_at_its_size_where_replicas_drift_a_spread_apart() -> None:
+    rng = np.random.default_rng(23)
+    draws = [replicas_apart_in_a_tail(rng) for _ in range(300)]
+    spread = float(np.std([judged.theta for judged, _ in draws]))
+
+    def rms_se(which: int) -> float:
+        return math.sqrt(float(np.mean([pair[which].se ** 2 for pair in draws])))
+
+    # Leaving each replica out reads the p95's replica level as it is...
+    assert 0.85 < rms_se(0) / spread < 1.15
+    # ...where the first-order contributions, which only count a replica's requests above the
+    # p95, read it about a quarter too small.
+    assert rms_se(1) / spread < 0.8
 
 
 def test_a_bound_widened_for_few_replicas_keeps_its_alpha_where_the_normal_one_does_not() -> None:
@@ -341,6 +375,27 @@ def test_a_bound_widened_for_few_replicas_keeps_its_alpha_where_the_normal_one_d
         estimate = persistent_replicas(rng, 0.1)
         bound = fixed_bound(estimate.se, alpha=alpha)
         normal += estimate.theta > bound
-        widened += estimate.theta > bound * few_clusters_factor(estimate.df, alpha=alpha)
+        widened += estimate.theta > bound * few_clusters_factor(estimate.df(), alpha=alpha)
     assert normal / runs > 2 * alpha
     assert widened / runs < 1.5 * alpha
+
+
+def test_a_quantiles_replica_level_is_read_after_the_prompt_adjustment() -> None:
+    # Each replica is sent prompts of its own range (a router that pins long contexts to some
+    # hosts), and TTFT is the prompt's prefill alone: the replicas differ only by their prompts,
+    # which the adjustment accounts for. Left out one at a time, each replica moves its arm's
+    # mix of prompts too, so the adjusted replica level is a fraction of the raw one.
+    rng = np.random.default_rng(25)
+    n = 2000
+    replica = np.arange(n) % 4
+    names = [np.array([f"{arm}{r}" for r in replica]) for arm in "ab"]
+    ts = np.arange(n) / 5.0
+    prompts = [rng.integers(100 + 400 * replica, 500 + 400 * replica) for _ in range(2)]
+    one, two = shared_clusters([(names[0], ts, prompts[0]), (names[1], ts, prompts[1])])
+    ttft = [0.05 * p * rng.lognormal(0, 0.1, n) for p in prompts]
+    reference = SortedSample.of(ttft[0], one).quantile(0.5)
+    candidate = SortedSample.of(ttft[1], two).quantile(0.5)
+    raw = compare(reference, candidate).replica_level
+    adjusted = compare(reference, candidate, adjust=True)
+    assert adjusted.adjusted and raw is not None and adjusted.replica_level is not None
+    assert adjusted.replica_level.by_replica < raw.by_replica / 4

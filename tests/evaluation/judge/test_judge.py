@@ -494,3 +494,32 @@ def test_a_step_passes_at_its_scheduled_look_on_evidence_the_anytime_bound_would
     scheduled = judge(baseline, candidate, policy, final=True, scheduled=look).verdicts[0]
     assert (anytime.outcome, scheduled.outcome) == (Outcome.INCONCLUSIVE, Outcome.PASS)
     assert "the scheduled look of judged step 1 of 3, alpha 0.013 of its 0.05" in scheduled.rule
+
+
+def with_replica_tpot(arm: ArmSamples, factors: list[float]) -> ArmSamples:
+    """The arm with each replica's TPOT scaled by its own factor (a host slower between tokens)."""
+    index = np.array([int(name.rsplit("-", 1)[1]) for name in arm.replica.tolist()])
+    return replace(arm, tpot_ms=arm.tpot_ms * np.array(factors)[index])
+
+
+def test_replicas_whose_tpot_differs_have_their_ttft_read_with_few_degrees_of_freedom() -> None:
+    # Four replicas an arm, the same model. Where the replicas' TPOT differs beyond chance, a
+    # TTFT quantile's replica level is taken as there too (a host slow between tokens is slow to
+    # a first token as well), even where its own sample of it came out small: its fail bound is
+    # read with the few replicas' degrees of freedom, wider on the very same TTFT samples.
+    rng = np.random.default_rng(24)
+    factors = [0.85, 0.95, 1.05, 1.15]
+    for _ in range(5):
+        baseline = make_arm(rng, 4000, name="baseline", per_s=10)
+        candidate = make_arm(rng, 4000, name="canary", per_s=10)
+        alike = judge(baseline, candidate, final=False).verdict("ttft_p50")
+        apart = judge(
+            with_replica_tpot(baseline, factors),
+            with_replica_tpot(candidate, factors[::-1]),
+            final=False,
+        )
+        assert apart.set_aside == ()
+        ttft = apart.verdict("ttft_p50")
+        assert ttft.difference == alike.difference
+        width = ttft.interval[1] - ttft.interval[0]
+        assert width > 1.8 * (alike.interval[1] - alike.interval[0])
