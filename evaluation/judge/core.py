@@ -151,7 +151,9 @@ def judge(
             ]
         ]
     ]
-    replicas_differ = _replicas_differ(latencies[0], prepared)
+    # A replica set aside is itself a sign that this fleet's replicas differ: those left may
+    # happen to agree, but are no more alike for it.
+    replicas_differ = bool(aside) or _replicas_differ(latencies[0], prepared)
     verdicts = tuple(
         _verdict(
             metric,

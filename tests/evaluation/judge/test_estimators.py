@@ -397,5 +397,7 @@ def test_a_quantiles_replica_level_is_read_after_the_prompt_adjustment() -> None
     candidate = SortedSample.of(ttft[1], two).quantile(0.5)
     raw = compare(reference, candidate).replica_level
     adjusted = compare(reference, candidate, adjust=True)
-    assert adjusted.adjusted and raw is not None and adjusted.replica_level is not None
+    assert adjusted.adjusted
+    assert raw is not None
+    assert adjusted.replica_level is not None
     assert adjusted.replica_level.by_replica < raw.by_replica / 4

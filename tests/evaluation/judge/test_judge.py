@@ -523,3 +523,28 @@ def test_replicas_whose_tpot_differs_have_their_ttft_read_with_few_degrees_of_fr
         assert ttft.difference == alike.difference
         width = ttft.interval[1] - ttft.interval[0]
         assert width > 1.8 * (alike.interval[1] - alike.interval[0])
+
+
+def test_a_replica_set_aside_has_the_others_read_as_the_unit() -> None:
+    # A candidate replica 50% slower is set aside; its three siblings may then agree, but a
+    # fleet with one odd host is no fleet of alike replicas: the latencies left are read with the
+    # replicas' few degrees of freedom, wider than the same samples would be on their own.
+    rng = np.random.default_rng(26)
+    baseline = make_arm(rng, 4000, name="baseline", per_s=10)
+    candidate = make_arm(rng, 4000, name="canary", per_s=10)
+    slow = candidate.replica == "canary-0"
+    with_slow_host = replace(
+        candidate,
+        ttft_ms=np.where(slow, candidate.ttft_ms * 1.5, candidate.ttft_ms),
+        tpot_ms=np.where(slow, candidate.tpot_ms * 1.5, candidate.tpot_ms),
+    )
+    report = judge(baseline, with_slow_host, final=False)
+    assert len(report.set_aside) == 1
+    assert "canary-0" in report.set_aside[0]
+    on_their_own = judge(baseline, candidate.take(~slow), final=False)
+    assert on_their_own.set_aside == ()
+    for metric in ("ttft_p50", "tpot_p50"):
+        aside, alone = report.verdict(metric), on_their_own.verdict(metric)
+        assert aside.difference == pytest.approx(alone.difference)
+        width = aside.interval[1] - aside.interval[0]
+        assert width > 1.8 * (alone.interval[1] - alone.interval[0])
