@@ -218,7 +218,7 @@ def _replicas_differ(arms: _Arms, prepared: _Prepared) -> bool:
     Replicas that differ differ in every latency of theirs: a host that drifts slow is slower to
     a first token and between tokens alike. TPOT, steady within a replica, shows it where TTFT's
     wide spread hides it, and a latency quantile whose own replica level came out small by
-    chance is then read as what it is, the few replicas' (`Estimate.df`). Read on the medians,
+    chance is then read as what it is, the few replicas' (`Estimate.read`). Read on the medians,
     whose replica level is read from dense order statistics (a tail's, from a few dozen values
     a replica, stands out by chance far more often than its level says)."""
     for signal in ("ttft_ms", "tpot_ms"):

@@ -314,9 +314,6 @@ class Estimate:
         variance, df = level.read(self.se**2, shown=replicas_differ or level.stands_out())
         return math.sqrt(variance), df
 
-    def df(self) -> float:
-        return self.read()[1]
-
 
 def variance_of(terms: Sequence[tuple[Summary, float]]) -> float:
     """The variance of sum(sign * estimate) over the terms, two-way cluster-robust (see the
@@ -363,8 +360,9 @@ def _replica_sums(terms: Sequence[tuple[Summary, float]], replicas: int) -> Floa
     less the estimate without that replica, times the share of requests left). A quantile's
     first-order contributions count how many of a replica's requests lie on either side of it,
     which stops growing once a replica sits a spread away from its siblings: where replicas
-    drift apart by about a request's own spread (TPOT's), they read the replica level about a
-    third too small, and deleting each replica in turn reads it as it is."""
+    drift apart by about a request's own spread (TPOT's), they read the replica level's
+    standard error about a quarter too small, and deleting each replica in turn reads it as it
+    is."""
     total = np.zeros(replicas)
     for summary, sign in terms:
         replica = summary.clusters.replica  # type: ignore[union-attr]
@@ -382,16 +380,14 @@ def _replica_sums(terms: Sequence[tuple[Summary, float]], replicas: int) -> Floa
     return total
 
 
-def _clustered(signed: Floats, ids: Ints, centred: int = 1) -> float:
-    """The sandwich variance of sum(signed) with clusters `ids`, with the G / (G - c)
-    correction for the `centred` sets of clusters whose sums add up to zero by construction
-    (one arm's replicas: each arm's contributions are centred on its own estimate); too few
-    clusters have no spread between them to read (independence then)."""
+def _clustered(signed: Floats, ids: Ints) -> float:
+    """The sandwich variance of sum(signed) with clusters `ids`, with the G / (G - 1)
+    correction; one cluster has no spread between clusters to read (independence then)."""
     sums = np.bincount(ids, weights=signed)
     groups = int(np.count_nonzero(np.bincount(ids)))
-    if groups <= centred:
+    if groups <= 1:
         return float(np.dot(signed, signed))
-    return float(np.dot(sums, sums)) * groups / (groups - centred)
+    return float(np.dot(sums, sums)) * groups / (groups - 1)
 
 
 def _summary(value: float, scaled: float, contributions: Floats, clusters: Clusters) -> Summary:

@@ -322,8 +322,8 @@ def persistent_replicas(rng: np.random.Generator, spread: float) -> Estimate:
 
 def test_the_replica_levels_share_sets_the_degrees_of_freedom() -> None:
     rng = np.random.default_rng(21)
-    alike = [persistent_replicas(rng, 0.0).df() for _ in range(20)]
-    apart = [persistent_replicas(rng, 0.1).df() for _ in range(20)]
+    alike = [persistent_replicas(rng, 0.0).read()[1] for _ in range(20)]
+    apart = [persistent_replicas(rng, 0.1).read()[1] for _ in range(20)]
     # Replicas alike: the replica level adds nothing, or mostly a sliver read with many
     # degrees of freedom.
     assert np.mean(np.array(alike) > 30) >= 0.75
@@ -375,7 +375,7 @@ def test_a_bound_widened_for_few_replicas_keeps_its_alpha_where_the_normal_one_d
         estimate = persistent_replicas(rng, 0.1)
         bound = fixed_bound(estimate.se, alpha=alpha)
         normal += estimate.theta > bound
-        widened += estimate.theta > bound * few_clusters_factor(estimate.df(), alpha=alpha)
+        widened += estimate.theta > bound * few_clusters_factor(estimate.read()[1], alpha=alpha)
     assert normal / runs > 2 * alpha
     assert widened / runs < 1.5 * alpha
 
