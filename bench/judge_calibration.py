@@ -1,6 +1,7 @@
 """How often the engine rolls back or holds a healthy candidate, and how fast it catches a bad one.
 
     .venv/bin/python bench/judge_calibration.py [--rollouts 500] [--tick 10] [--workers 2]
+        [--log PREFIX]
 
 Simulates whole rollouts offline and decides each tick with `orchestration.engine.decide_on`, the
 function the Celery tick calls: the SLO guardrails, the judge's interim and final looks with the
@@ -39,7 +40,7 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -589,13 +590,19 @@ def _draw(
 # --- the table -------------------------------------------------------------------------------
 
 
-def run_scenario(args: tuple[str, int, float, int]) -> dict[str, Any]:
-    key, rollouts, tick, seed = args
+def run_scenario(args: tuple[str, int, float, int, str | None]) -> dict[str, Any]:
+    key, rollouts, tick, seed, log = args
     scenario = SCENARIOS[key]
     # Seeded by the scenario's name, so adding a scenario leaves the others' draws alone.
     rng = np.random.default_rng([seed, *key.encode()])
     started = time.perf_counter()
-    outcomes = [rollout(rng, scenario, tick=tick) for _ in range(rollouts)]
+    outcomes = []
+    for index in range(rollouts):
+        outcomes.append(rollout(rng, scenario, tick=tick))
+        if log:
+            # One line a rollout as it ends: a long row can be read before it is done.
+            with open(f"{log}.{key}.jsonl", "a") as lines:
+                lines.write(json.dumps({"rollout": index, **asdict(outcomes[-1])}) + "\n")
     rolled_back = [o for o in outcomes if o.result == "rolled_back"]
     return {
         "key": key,
@@ -644,6 +651,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated keys")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--log", metavar="PREFIX", help="append each rollout's outcome to PREFIX.<scenario>.jsonl"
+    )
     args = parser.parse_args()
     keys = [k.strip() for k in args.scenarios.split(",") if k.strip()]
     unknown = [k for k in keys if k not in SCENARIOS]
@@ -651,7 +661,7 @@ def main() -> None:
         parser.error(f"unknown scenarios {unknown}; choose from {list(SCENARIOS)}")
     if args.rollouts < 1 or not 0 < args.tick <= 300:
         parser.error("--rollouts must be at least 1 and --tick in (0, 300]")
-    jobs = [(k, args.rollouts, args.tick, args.seed) for k in keys]
+    jobs = [(k, args.rollouts, args.tick, args.seed, args.log) for k in keys]
     if not args.json:
         print(
             f"{args.rollouts} rollouts per scenario through orchestration.engine.decide_on, "
