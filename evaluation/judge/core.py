@@ -226,11 +226,7 @@ def _replicas_differ(arms: _Arms, prepared: _Prepared) -> bool:
         candidate = prepared.column(arms.candidate, signal)[0]
         if len(reference) == 0 or len(candidate) == 0:
             continue
-        level = compare(
-            prepared.sorted(arms.reference, signal).quantile(0.5),
-            prepared.sorted(arms.candidate, signal).quantile(0.5),
-            adjust=True,
-        ).replica_level
+        level = prepared.quantiles(arms, signal, 0.5).replica_level
         if level is not None and level.stands_out():
             return True
     return False
@@ -431,6 +427,18 @@ class _Prepared:
             self._cache[key] = SortedSample.of(*self.column(arm, signal))
         return self._cache[key]  # type: ignore[return-value]
 
+    def quantiles(self, arms: _Arms, signal: str, q: float) -> Estimate:
+        """The arms' q-quantiles of a column compared, adjusted for prompt size (the medians are
+        read by a metric and by `_replicas_differ` alike)."""
+        key = ("quantiles", id(arms.reference), id(arms.candidate), signal, q)
+        if key not in self._cache:
+            self._cache[key] = compare(
+                self.sorted(arms.reference, signal).quantile(q),
+                self.sorted(arms.candidate, signal).quantile(q),
+                adjust=True,
+            )
+        return self._cache[key]  # type: ignore[return-value]
+
     def rate(self, arm: ArmSamples, signal: str) -> RateSample:
         eligible, event = signals.rate_masks(arm, signal, self.masks(arm))
         return RateSample(event[eligible].astype(np.float64), self.clusters(arm)[eligible])
@@ -467,11 +475,7 @@ def _estimate(metric: MetricPolicy, arms: _Arms, prepared: _Prepared) -> Estimat
         raise _Unresolved(f"no data in the {arms.name if len(ref_values) == 0 else 'candidate'}")
     if kind is Kind.QUANTILE:
         q = float(metric.quantile or 0.5)  # MetricPolicy makes sure a quantile metric has one
-        return compare(
-            prepared.sorted(reference, metric.signal).quantile(q),
-            prepared.sorted(candidate, metric.signal).quantile(q),
-            adjust=True,
-        )
+        return prepared.quantiles(arms, metric.signal, q)
     ref_summary = mean_summary(ref_values, ref_clusters)
     cand_summary = mean_summary(cand_values, cand_clusters)
     if math.isnan(ref_summary.scaled) or math.isnan(cand_summary.scaled):
